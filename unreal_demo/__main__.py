@@ -1,0 +1,130 @@
+"""Command line: ``python -m unreal_demo ask|train|eval|rank ...``.
+
+Every error exits non-zero with one line on stderr, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from .backbone import DEFAULT_MODEL, BackboneError
+from .data import DataError
+from .head import HeadError
+from .pipeline import METHODS, InputError
+
+
+def _ask(args: argparse.Namespace) -> None:
+    from .pipeline import Explorer
+    from .textio import read_document
+
+    docs = [read_document(p) for p in args.doc]
+    explorer = Explorer.load(args.model, head=args.head, device=args.device, dtype=args.dtype,
+                             trust_remote_code=args.trust_remote_code)
+    result = explorer.ask(docs, args.question, args.n, args.method, args.max_new_tokens)
+    if args.json:
+        print(json.dumps(result))
+        return
+    for notice in result["notices"]:
+        print(f"note: {notice}", file=sys.stderr)
+    print(f"selected chunks (document order): {result['selected']}")
+    print(f"answer: {result['answer']}")
+    print("timings (s): " + ", ".join(f"{k} {v:.3f}" for k, v in result["timings"].items()))
+
+
+def _train(args: argparse.Namespace) -> None:
+    from .training import TrainConfig, train
+
+    overrides = {k: v for k, v in vars(args).items() if k in TrainConfig.__dataclass_fields__ and v is not None}
+    head = train(TrainConfig(**overrides))
+    print(f"trained head written to {overrides.get('out', TrainConfig.out)}: "
+          f"{head.n_params():,} parameters, final loss {head.config.provenance['final_loss']}")
+
+
+def _eval(args: argparse.Namespace) -> None:
+    from .evaluation import run_retrieval_eval
+
+    result = run_retrieval_eval(args.sample, args.methods.split(","), head=args.head, model=args.model,
+                                out=args.out, seed=args.seed)
+    if args.json:
+        print(json.dumps(result))
+    else:
+        print(result["markdown"])
+
+
+def _rank(args: argparse.Namespace) -> None:
+    from .evaluation import rank_jsonl
+
+    print(json.dumps(rank_jsonl(args.passages, args.queries, args.method, args.k, args.model, args.head)))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m unreal_demo", description="UNREAL Explorer")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def model_flags(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--model", default=DEFAULT_MODEL, help="offline default, a Hugging Face id, or a folder")
+        p.add_argument("--head", default=None, help="head path (NAME.json/.safetensors); default: shipped head")
+
+    ask = sub.add_parser("ask", help="select evidence from documents and answer a question")
+    ask.add_argument("--doc", action="append", required=True, help="a .txt/.md document (repeatable)")
+    ask.add_argument("--question", required=True)
+    ask.add_argument("--n", type=int, default=5, help="chunks to select")
+    ask.add_argument("--method", choices=METHODS, default="unreal")
+    ask.add_argument("--max-new-tokens", type=int, default=48)
+    ask.add_argument("--device", default=None)
+    ask.add_argument("--dtype", default=None, help="fp32 | bf16 | fp16")
+    ask.add_argument("--trust-remote-code", action="store_true")
+    ask.add_argument("--json", action="store_true")
+    model_flags(ask)
+    ask.set_defaults(func=_ask)
+
+    tr = sub.add_parser("train", help="train a query head (Eq. 6) on SQuAD v1.1 dev")
+    for name in ("out", "model"):
+        tr.add_argument(f"--{name}")
+    for name in ("chunk_layer", "n_pool", "n_ret", "n_groups", "n_context", "context_tokens", "negatives",
+                 "steps", "batch", "warmup", "seed", "checkpoint_every"):
+        tr.add_argument(f"--{name.replace('_', '-')}", dest=name, type=int)
+    for name in ("lr", "temperature", "weight_decay"):
+        tr.add_argument(f"--{name.replace('_', '-')}", dest=name, type=float)
+    tr.add_argument("--use-prompt", dest="use_prompt", action="store_true", default=None,
+                    help="learn the soft prompt P (full backprop through the prefix, ~3x slower)")
+    tr.set_defaults(func=_train)
+
+    ev = sub.add_parser("eval", help="held-out evaluation on SQuAD-Shifts New-Wiki")
+    ev.add_argument("what", choices=["retrieval"])
+    ev.add_argument("--sample", type=int, default=500, help="number of held-out questions")
+    ev.add_argument("--methods", default="bm25,dense,untrained,unreal,hybrid_rrf,hybrid_fused")
+    ev.add_argument("--out", default=None, help="write the JSON result here")
+    ev.add_argument("--seed", type=int, default=0)
+    ev.add_argument("--json", action="store_true")
+    model_flags(ev)
+    ev.set_defaults(func=_eval)
+
+    rk = sub.add_parser("rank", help="rank a JSONL corpus for JSONL queries")
+    rk.add_argument("--passages", required=True)
+    rk.add_argument("--queries", required=True)
+    rk.add_argument("--method", choices=["unreal", "bm25", "hybrid", "dense"], default="unreal")
+    rk.add_argument("--k", type=int, default=10)
+    rk.add_argument("--json", action="store_true", help="(output is always JSON)")
+    model_flags(rk)
+    rk.set_defaults(func=_rank)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        args.func(args)
+    except (InputError, BackboneError, HeadError, DataError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

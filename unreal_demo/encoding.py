@@ -1,0 +1,213 @@
+"""Eq. 1 — chunk embeddings: k_i = LLM_{ℓc}(c_i), pooled to L_p vectors.
+
+Each chunk is encoded on its own (no cross-chunk attention) through blocks
+1..ℓc only: a forward hook on block ℓc stops the forward pass there, so the
+blocks above ℓc are never run, for any ``transformers`` decoder. A fixed sink
+token is prepended to every chunk (the first position of a causal LM becomes an
+attention sink with a huge norm) and left out of pooling. The T_i token states
+are then mean-pooled into L_p contiguous groups.
+
+Example
+-------
+>>> h = torch.arange(8.0).view(1, 4, 2)          # (B=1, T=4, d=2)
+>>> pool_groups(h, torch.tensor([4]), 2)        # groups {0,1} and {2,3}
+tensor([[[1., 2.],
+         [5., 6.]]])
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+from collections.abc import Callable, Sequence
+
+import torch
+
+from .backbone import Backbone
+
+
+class _StopForward(Exception):
+    """Raised by the hook on the last block needed, to skip every block above it."""
+
+
+def run_blocks(
+    backbone: Backbone,
+    layers: Sequence[int],
+    input_ids: torch.Tensor | None = None,
+    inputs_embeds: torch.Tensor | None = None,
+    attention_mask: torch.Tensor | None = None,
+    position_ids: torch.Tensor | None = None,
+    cache: object | None = None,
+) -> dict[int, torch.Tensor]:
+    """Run the decoder up to ``max(layers)`` and return the residual stream after each block asked for.
+
+    Parameters
+    ----------
+    layers : 1-based block numbers; block ``l``'s output is ``LLM_l(x)`` of the paper.
+    input_ids, inputs_embeds : ``(B, T)`` ids or ``(B, T, d)`` embeddings (one of them).
+    attention_mask : ``(B, T)`` (or ``(B, T_past + T)`` with a cache), 1 for real tokens.
+    position_ids : ``(B, T)``; needed with left padding or a cache.
+    cache : a ``transformers`` ``DynamicCache`` to fill (prefix) or read (continuation).
+
+    Returns
+    -------
+    dict mapping each layer to its ``(B, T, d)`` hidden states.
+    """
+    wanted = sorted(set(layers))
+    if not wanted or wanted[0] < 1 or wanted[-1] > backbone.n_layers:
+        raise ValueError(f"layers must lie in 1..{backbone.n_layers}, got {list(layers)}")
+    me, out = threading.get_ident(), {}
+
+    def make_hook(layer: int) -> Callable:
+        def hook(_module, _args, output):
+            if threading.get_ident() != me:  # another request sharing the model
+                return None
+            out[layer] = output[0] if isinstance(output, tuple) else output
+            if layer == wanted[-1]:
+                raise _StopForward
+            return None
+
+        return hook
+
+    handles = [backbone.blocks[layer - 1].register_forward_hook(make_hook(layer)) for layer in wanted]
+    try:
+        backbone.base(input_ids=input_ids, inputs_embeds=inputs_embeds, attention_mask=attention_mask,
+                      position_ids=position_ids, cache=cache, use_cache=cache is not None)
+    except _StopForward:
+        pass
+    finally:
+        for handle in handles:
+            handle.remove()
+    return out
+
+
+def group_weights(lengths: torch.Tensor, n_groups: int, width: int) -> torch.Tensor:
+    """Averaging weights ``(B, n_groups, width)`` splitting each row's first ``lengths[b]`` positions
+    into ``n_groups`` contiguous groups; positions at or past ``lengths[b]`` (padding) get weight 0.
+
+    A sequence shorter than ``n_groups`` repeats tokens so every group is non-empty.
+    """
+    lengths = lengths.clamp(min=1).view(-1, 1)  # (B, 1)
+    pos = torch.arange(width, device=lengths.device).view(1, -1)  # (1, W)
+    group = (pos * n_groups) // lengths  # (B, W): group of each token
+    valid = pos < lengths
+    g = torch.arange(n_groups, device=lengths.device).view(1, -1, 1)  # (1, G, 1)
+    w = ((group.unsqueeze(1) == g) & valid.unsqueeze(1)).float()  # (B, G, W)
+    # empty groups (short sequences): take the token at g * T / n_groups
+    empty = w.sum(-1) == 0  # (B, G)
+    fill = (torch.arange(n_groups, device=lengths.device).view(1, -1) * lengths) // n_groups  # (B, G)
+    w = w + empty.unsqueeze(-1) * torch.nn.functional.one_hot(fill, width).float()
+    return w / w.sum(-1, keepdim=True)
+
+
+def pool_groups(states: torch.Tensor, lengths: torch.Tensor, n_groups: int) -> torch.Tensor:
+    """Mean-pool ``(B, T, d)`` states into ``(B, n_groups, d)``; padding beyond ``lengths`` is ignored."""
+    w = group_weights(lengths.to(states.device), n_groups, states.shape[1]).to(states.dtype)
+    return torch.bmm(w, states)
+
+
+def token_batches(lengths: Sequence[int], token_budget: int, max_batch: int = 64) -> list[list[int]]:
+    """Length-bucketed batches: indices sorted by length, packed so that ``batch * longest <= token_budget``."""
+    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
+    batches, current, longest = [], [], 0
+    for i in order:
+        new_longest = max(longest, lengths[i])
+        if current and (new_longest * (len(current) + 1) > token_budget or len(current) >= max_batch):
+            batches.append(current)
+            current, new_longest = [], lengths[i]
+        current.append(i)
+        longest = new_longest
+    if current:
+        batches.append(current)
+    return batches
+
+
+def tokenize_chunks(backbone: Backbone, texts: Sequence[str], max_tokens: int) -> list[list[int]]:
+    """Token ids of each chunk: ``[sink] + ids[:max_tokens]``."""
+    ids = backbone.tokenizer(list(texts), add_special_tokens=False)["input_ids"]
+    return [[backbone.sink_id] + row[:max_tokens] for row in ids]
+
+
+@torch.inference_mode()
+def encode_chunks(
+    backbone: Backbone,
+    texts: Sequence[str],
+    layer: int,
+    n_pool: int = 7,
+    max_tokens: int = 512,
+    token_budget: int = 8192,
+    progress: Callable[[int, int], None] | None = None,
+) -> torch.Tensor:
+    """Encode chunks through blocks 1..``layer`` and pool each to ``n_pool`` vectors (Eq. 1).
+
+    Parameters
+    ----------
+    texts : the M chunk texts, each encoded on its own.
+    layer : ℓc, the last block run.
+    n_pool : L_p.
+    max_tokens : chunk tokens beyond this are cut (the sink token is extra).
+    token_budget : padded tokens per forward batch.
+    progress : called as ``progress(done, total)`` after each batch.
+
+    Returns
+    -------
+    Tensor ``(M, n_pool, d)``, float32 on CPU.
+    """
+    rows = tokenize_chunks(backbone, texts, max_tokens)
+    out = torch.zeros(len(rows), n_pool, backbone.hidden_size)
+    done = 0
+    for batch in token_batches([len(r) for r in rows], token_budget):
+        width = max(len(rows[i]) for i in batch)
+        ids = torch.full((len(batch), width), backbone.pad_id, dtype=torch.long)
+        mask = torch.zeros(len(batch), width, dtype=torch.long)
+        for j, i in enumerate(batch):
+            ids[j, : len(rows[i])] = torch.tensor(rows[i])
+            mask[j, : len(rows[i])] = 1
+        ids, mask = ids.to(backbone.device), mask.to(backbone.device)
+        states = run_blocks(backbone, [layer], input_ids=ids, attention_mask=mask)[layer]  # (B, T, d)
+        lengths = mask.sum(1) - 1  # sink left out
+        pooled = pool_groups(states[:, 1:].float(), lengths, n_pool)  # (B, L_p, d)
+        out[torch.tensor(batch)] = pooled.cpu()
+        done += len(batch)
+        if progress is not None:
+            progress(done, len(rows))
+    return out
+
+
+def cached_encode(
+    backbone: Backbone,
+    texts: Sequence[str],
+    layer: int,
+    n_pool: int = 7,
+    max_tokens: int = 512,
+    part_size: int = 512,
+    progress: Callable[[int, int], None] | None = None,
+) -> torch.Tensor:
+    """:func:`encode_chunks` with an on-disk cache keyed by model, settings and texts.
+
+    Encodings are written in parts of ``part_size`` chunks, so a killed run resumes from
+    the last complete part. Chunk states do not depend on any trained parameter, so one
+    cache serves every head trained at the same ℓc.
+    """
+    from safetensors.torch import load_file, save_file
+
+    from .backbone import cache_dir
+
+    key = hashlib.sha1(json.dumps([backbone.revision, layer, n_pool, max_tokens, list(texts)]).encode())
+    folder = cache_dir() / "encodings" / key.hexdigest()[:20]
+    folder.mkdir(parents=True, exist_ok=True)
+    parts = []
+    for n, s in enumerate(range(0, len(texts), part_size)):
+        path = folder / f"part{n:05d}.safetensors"
+        if path.exists():
+            part = load_file(str(path))["k"]
+        else:
+            part = encode_chunks(backbone, texts[s : s + part_size], layer, n_pool, max_tokens).half()
+            tmp = path.with_suffix(".tmp")
+            save_file({"k": part}, str(tmp))
+            tmp.rename(path)
+        parts.append(part.float())  # stored as fp16: the same values on every run
+        if progress is not None:
+            progress(min(s + part_size, len(texts)), len(texts))
+    return torch.cat(parts) if parts else torch.zeros(0, n_pool, backbone.hidden_size)

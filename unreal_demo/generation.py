@@ -1,0 +1,96 @@
+"""Eq. 7 — generation: y = LLM([C_selected(x), x]).
+
+The selected chunks' unchanged text, in original document order, then the
+question, go into the model's own chat template (a plain "Context / Question /
+Answer" prompt for models without one). Decoding is greedy, so an answer is
+deterministic, and streamed token by token with a KV cache; prefill and
+first-token times are measured separately.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from .backbone import Backbone
+
+INSTRUCTION = "Answer the question using the context. Reply with a short answer only."
+
+
+@dataclass
+class Generation:
+    """A (partial) answer and its timings in seconds."""
+
+    text: str = ""
+    tokens: int = 0
+    prompt_tokens: int = 0
+    timings: dict = field(default_factory=dict)
+
+
+def prompt_ids(backbone: Backbone, passages: Sequence[str], question: str) -> list[int]:
+    """Token ids of the answering prompt: instruction, passages (in the order given), question."""
+    context = "\n\n".join(p.strip() for p in passages if p.strip())
+    user = f"{INSTRUCTION}\n\nContext:\n{context}\n\nQuestion: {question.strip()}" if context else \
+        f"{INSTRUCTION}\n\nQuestion: {question.strip()}"
+    tok = backbone.tokenizer
+    if getattr(tok, "chat_template", None):
+        ids = tok.apply_chat_template([{"role": "user", "content": user}], add_generation_prompt=True,
+                                      tokenize=True)
+        return list(ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids)
+    return tok(f"{user}\nAnswer:", add_special_tokens=True)["input_ids"]
+
+
+def fits_window(backbone: Backbone, n_prompt: int, max_new_tokens: int) -> bool:
+    """Whether a prompt of ``n_prompt`` tokens plus the answer fits the model's context window."""
+    return n_prompt + max_new_tokens <= backbone.max_positions
+
+
+def _stop_ids(backbone: Backbone) -> set[int]:
+    tok, ids = backbone.tokenizer, set()
+    for t in (tok.eos_token_id, getattr(backbone.model.generation_config, "eos_token_id", None)):
+        ids |= set(t) if isinstance(t, list) else ({t} if t is not None else set())
+    return ids
+
+
+@torch.inference_mode()
+def stream_answer(backbone: Backbone, ids: list[int], max_new_tokens: int = 48) -> Iterator[Generation]:
+    """Greedy decoding, yielding the growing answer after every token.
+
+    The first :class:`Generation` carries ``timings["prefill"]`` (forward over the prompt)
+    and ``timings["first_token"]``; the last one ``timings["decode"]`` as well.
+    """
+    from transformers import DynamicCache
+
+    model, dev = backbone.model, backbone.device
+    stops = _stop_ids(backbone)
+    cache = DynamicCache(config=model.config)
+    t0 = time.perf_counter()
+    logits = model(input_ids=torch.tensor([ids], device=dev), cache=cache, use_cache=True).logits
+    out = Generation(prompt_tokens=len(ids))
+    out.timings["prefill"] = time.perf_counter() - t0
+    generated: list[int] = []
+    for _ in range(max_new_tokens):
+        nxt = int(logits[0, -1].argmax())
+        if nxt in stops:
+            break
+        generated.append(nxt)
+        if len(generated) == 1:
+            out.timings["first_token"] = time.perf_counter() - t0
+        out.text, out.tokens = backbone.tokenizer.decode(generated, skip_special_tokens=True), len(generated)
+        yield out
+        logits = model(input_ids=torch.tensor([[nxt]], device=dev), cache=cache, use_cache=True).logits
+    out.timings.setdefault("first_token", time.perf_counter() - t0)
+    out.timings["decode"] = time.perf_counter() - t0
+    out.text = out.text.strip()
+    yield out
+
+
+def answer(backbone: Backbone, passages: Sequence[str], question: str, max_new_tokens: int = 48) -> Generation:
+    """The final :class:`Generation` of :func:`stream_answer` for these passages and question."""
+    result = Generation()
+    for result in stream_answer(backbone, prompt_ids(backbone, passages, question), max_new_tokens):
+        pass
+    return result

@@ -1,0 +1,56 @@
+"""Eq. 4 — MaxSim late interaction: s_i(x) = Σ_g max_p ⟨q_g, k_{i,p}⟩.
+
+Two exact implementations: :func:`maxsim_reference` (one einsum, for tests and
+small inputs) and :func:`maxsim` (blocked over chunks, so the similarity tensor
+never exceeds one block, with fp16 storage converted block by block). The cost
+is 2·d·G·L_p FLOPs per chunk.
+
+Example
+-------
+>>> q = torch.tensor([[[1.0, 0.0], [0.0, 1.0]]])          # (B=1, G=2, d=2)
+>>> k = torch.tensor([[[1.0, 0.0], [0.5, 0.5]],             # chunk 0
+...                   [[0.0, 2.0], [0.0, 0.0]]])            # chunk 1; (M=2, L_p=2, d=2)
+>>> maxsim_reference(q, k)
+tensor([[1.5000, 2.0000]])
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def maxsim_reference(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    """Scores ``(B, M)`` from queries ``(B, G, d)`` and chunks ``(M, L_p, d)``; full similarity tensor."""
+    sim = torch.einsum("bgd,mpd->bmgp", q.float(), k.float())  # (B, M, G, L_p)
+    return sim.max(-1).values.sum(-1)
+
+
+def maxsim(q: torch.Tensor, k: torch.Tensor, block: int = 8192) -> torch.Tensor:
+    """Exact MaxSim scores ``(B, M)``, computed ``block`` chunks at a time.
+
+    Parameters
+    ----------
+    q : ``(B, G, d)`` or ``(G, d)`` query vectors.
+    k : ``(M, L_p, d)`` pooled chunk vectors, any float dtype (converted per block).
+    block : chunks per matmul.
+
+    Returns
+    -------
+    Tensor ``(B, M)`` (or ``(M,)`` for a 2-D query), float32.
+    """
+    single = q.dim() == 2
+    q = q.unsqueeze(0) if single else q
+    b, g, d = q.shape
+    m, p, _ = k.shape
+    qf = q.float().reshape(b * g, d).to(k.device)  # (B·G, d)
+    out = torch.empty(b, m, device=k.device)
+    for s in range(0, m, block):
+        kb = k[s : s + block].float().reshape(-1, d)  # (m_b·L_p, d)
+        sim = (qf @ kb.T).view(b, g, -1, p)  # (B, G, m_b, L_p)
+        out[:, s : s + block] = sim.amax(-1).sum(1)
+    return out[0] if single else out
+
+
+def normalize_chunks(k: torch.Tensor) -> torch.Tensor:
+    """L2-normalise each pooled vector (the chunk side of a head with ``normalize=True``)."""
+    return torch.nn.functional.normalize(k.float(), dim=-1)

@@ -1,0 +1,195 @@
+"""The UNREAL pipeline end to end: chunk → encode (Eq. 1) → query (Eqs. 2–3) → MaxSim (Eq. 4)
+→ select (Eq. 5) → answer (Eq. 7), with BM25 selection and full context beside it.
+
+:class:`Explorer` holds one frozen backbone and one head, shared read-only by every
+request; nothing per-request is stored on it except a small cache of chunk
+encodings keyed by content.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from .backbone import DEFAULT_MODEL, Backbone, load_backbone
+from .chunking import Chunk, chunk_documents, tokenizer_counters
+from .encoding import encode_chunks
+from .generation import Generation, fits_window, prompt_ids, stream_answer
+from .head import HeadError, QueryHead, untrained_head
+from .maxsim import maxsim, normalize_chunks
+from .selection import BM25, select_top_n
+
+PRECOMPUTED = Path(__file__).resolve().parent.parent / "precomputed"
+DEFAULT_HEADS = {DEFAULT_MODEL: PRECOMPUTED / "heads" / "smollm2-135m" / "head"}
+MAX_CHARS = 2_000_000
+METHODS = ("unreal", "bm25", "full")
+
+
+class InputError(ValueError):
+    """Input the pipeline refuses; the message is meant for the user, as is."""
+
+
+@dataclass
+class Ranking:
+    """One method's view of a context: every chunk, its score, and the selection (document order)."""
+
+    method: str
+    chunks: list[Chunk]
+    scores: list[float] | None
+    selected: list[int]
+    timings: dict = field(default_factory=dict)
+    notices: list[str] = field(default_factory=list)
+    group_sims: dict[int, list[list[float]]] = field(default_factory=dict)  # chunk id -> G × L_p
+
+
+def check_inputs(docs: Sequence[str], question: str, max_chars: int = MAX_CHARS) -> None:
+    """Raise :class:`InputError` for an empty question, empty documents, or too much text."""
+    if not question or not question.strip():
+        raise InputError("the question is empty")
+    if not docs or not any(d.strip() for d in docs):
+        raise InputError("the document is empty")
+    total = sum(len(d) for d in docs)
+    if total > max_chars:
+        raise InputError(f"the document has {total:,} characters; the limit is {max_chars:,}")
+
+
+class Explorer:
+    """A frozen backbone with a query head: rank, select and answer over pasted documents.
+
+    Parameters
+    ----------
+    backbone : the frozen LLM.
+    head : the query head (trained or not).
+    head_source : the head's path, or ``"untrained"``.
+    """
+
+    def __init__(self, backbone: Backbone, head: QueryHead, head_source: str) -> None:
+        head.check_backbone(backbone)
+        self.backbone, self.head, self.head_source = backbone, head.to(backbone.device).eval(), head_source
+        self.head.requires_grad_(False)
+        self._count, self._offsets = tokenizer_counters(backbone.tokenizer)
+        self._cache: OrderedDict[str, torch.Tensor] = OrderedDict()
+        self._lock = threading.Lock()
+
+    @classmethod
+    def load(cls, model: str = DEFAULT_MODEL, head: str | None = None, device: str | None = None,
+             dtype: str | None = None, trust_remote_code: bool = False) -> Explorer:
+        """Load a model and its head: ``head`` if given, else the shipped trained head, else untrained."""
+        backbone = load_backbone(model, device=device, dtype=dtype, trust_remote_code=trust_remote_code)
+        path = Path(head) if head else DEFAULT_HEADS.get(model)
+        if path is not None and (head or path.with_suffix(".json").exists()):
+            return cls(backbone, QueryHead.load(path), str(path.with_suffix(".json")))
+        return cls(backbone, untrained_head(backbone), "untrained")
+
+    @property
+    def trained(self) -> bool:
+        return bool(self.head.config.trained)
+
+    def chunk(self, docs: Sequence[str], target: int = 141) -> list[Chunk]:
+        """Sentence-aligned chunks of every document (see :mod:`unreal_demo.chunking`)."""
+        return chunk_documents(docs, self._count, self._offsets, target)
+
+    def chunk_keys(self, chunks: Sequence[Chunk]) -> torch.Tensor:
+        """Pooled, normalised chunk vectors ``(M, L_p, d)`` at the head's ℓc, cached by content."""
+        c = self.head.config
+        key = hashlib.sha1("\x00".join([str(c.chunk_layer), str(c.n_pool)] + [ch.text for ch in chunks])
+                           .encode()).hexdigest()
+        with self._lock:
+            if key in self._cache:
+                self._cache.move_to_end(key)
+                return self._cache[key]
+        keys = encode_chunks(self.backbone, [ch.text for ch in chunks], c.chunk_layer, c.n_pool, c.chunk_tokens)
+        keys = normalize_chunks(keys) if c.normalize else keys
+        with self._lock:
+            self._cache[key] = keys
+            while len(self._cache) > 8:
+                self._cache.popitem(last=False)
+        return keys
+
+    @torch.inference_mode()
+    def rank(self, docs: Sequence[str], question: str, n: int = 5, method: str = "unreal",
+             chunks: list[Chunk] | None = None) -> Ranking:
+        """Score every chunk with ``method`` and select the top ``n`` in document order.
+
+        Raises
+        ------
+        InputError
+            For empty input, too much text, or an unknown method.
+        """
+        check_inputs(docs, question)
+        if method not in METHODS:
+            raise InputError(f"unknown method {method!r}; use one of {', '.join(METHODS)}")
+        t0 = time.perf_counter()
+        chunks = chunks if chunks is not None else self.chunk(docs)
+        timings = {"chunk": time.perf_counter() - t0}
+        notices = []
+        if n < 1 or n > len(chunks):
+            notices.append(f"n = {n} clamped to {max(1, min(n, len(chunks)))} (the text has {len(chunks)} chunks)")
+        n = max(1, min(int(n), len(chunks)))
+        if method == "full":
+            return Ranking(method, chunks, None, list(range(len(chunks))), timings, notices)
+        t1 = time.perf_counter()
+        bm25 = BM25([ch.text for ch in chunks])
+        if method == "bm25":
+            scores = torch.as_tensor(bm25.scores(question), dtype=torch.float32)
+            timings["retrieval"] = time.perf_counter() - t1
+            return Ranking(method, chunks, scores.tolist(), select_top_n(scores, n), timings, notices)
+        keys = self.chunk_keys(chunks)  # (M, L_p, d)
+        timings["encode"] = time.perf_counter() - t1
+        t2 = time.perf_counter()
+        n_ctx = min(self.head.config.n_context, len(chunks))
+        context = [chunks[i].text for i in bm25.search([question], n_ctx)[0][0].tolist()] if n_ctx else []
+        q = self.head(self.backbone, [question], [context])[0]  # (G, d)
+        scores = maxsim(q, keys.to(q.device)).cpu()  # (M,)
+        selected = select_top_n(scores, n)
+        timings["retrieval"] = time.perf_counter() - t2
+        top = torch.topk(scores, min(len(chunks), max(n, 3))).indices.tolist()
+        sims = {i: (q.cpu() @ keys[i].T).tolist() for i in top}  # G × L_p per top chunk
+        if not self.trained:
+            notices.append("this head is UNTRAINED (random ρ): UNREAL scores are not meaningful yet")
+        return Ranking(method, chunks, scores.tolist(), selected, timings, notices, sims)
+
+    def prompt(self, ranking: Ranking, question: str) -> list[int]:
+        """Prompt ids for the selected chunks (document order) and the question (Eq. 7)."""
+        return prompt_ids(self.backbone, [ranking.chunks[i].text for i in ranking.selected], question)
+
+    def stream(self, ranking: Ranking, question: str, max_new_tokens: int = 48) -> Iterator[Generation]:
+        """Stream the answer from the selected chunks; raise :class:`InputError` if the prompt does not fit."""
+        ids = self.prompt(ranking, question)
+        if not fits_window(self.backbone, len(ids), max_new_tokens):
+            raise InputError(f"{ranking.method}: the prompt has {len(ids):,} tokens, more than the model window "
+                             f"of {self.backbone.max_positions:,} minus {max_new_tokens} for the answer")
+        yield from stream_answer(self.backbone, ids, max_new_tokens)
+
+    def ask(self, docs: Sequence[str], question: str, n: int = 5, method: str = "unreal",
+            max_new_tokens: int = 48) -> dict:
+        """Rank, select and answer; the JSON-ready record of the CLI's ``ask --json``."""
+        t0 = time.perf_counter()
+        ranking = self.rank(docs, question, n, method)
+        gen = Generation()
+        for gen in self.stream(ranking, question, max_new_tokens):
+            if gen.tokens == 1:
+                gen.timings["ttft"] = time.perf_counter() - t0
+        timings = {k: round(v, 4) for k, v in ranking.timings.items()}
+        timings |= {"prefill": round(gen.timings.get("prefill", 0.0), 4),
+                    "first_token": round(gen.timings.get("ttft", time.perf_counter() - t0), 4),
+                    "total": round(time.perf_counter() - t0, 4)}
+        scores = ranking.scores or [None] * len(ranking.chunks)
+        return {
+            "method": method,
+            "chunks": [ch.to_dict() | {"score": s} for ch, s in zip(ranking.chunks, scores, strict=True)],
+            "selected": ranking.selected,
+            "answer": gen.text,
+            "prompt_tokens": gen.prompt_tokens,
+            "timings": timings,
+            "model": self.backbone.name,
+            "head": self.head_source,
+            "notices": ranking.notices,
+        }
