@@ -90,7 +90,5 @@ def stream_answer(backbone: Backbone, ids: list[int], max_new_tokens: int = 48) 
 
 def answer(backbone: Backbone, passages: Sequence[str], question: str, max_new_tokens: int = 48) -> Generation:
     """The final :class:`Generation` of :func:`stream_answer` for these passages and question."""
-    result = Generation()
-    for result in stream_answer(backbone, prompt_ids(backbone, passages, question), max_new_tokens):
-        pass
-    return result
+    *_, last = stream_answer(backbone, prompt_ids(backbone, passages, question), max_new_tokens)
+    return last

@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from torch import nn
 
@@ -192,7 +193,7 @@ class QueryHead(nn.Module):
             state = load_file(str(path.with_suffix(".safetensors")))
         except FileNotFoundError as exc:
             raise HeadError(f"head file missing: {exc.filename}") from None
-        except (json.JSONDecodeError, TypeError, OSError, ValueError) as exc:
+        except (json.JSONDecodeError, TypeError, OSError, ValueError, SafetensorError) as exc:
             raise HeadError(f"head {path} is corrupted or truncated: {str(exc).splitlines()[0]}") from None
         head = cls(config)
         try:

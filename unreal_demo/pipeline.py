@@ -22,7 +22,7 @@ from .backbone import DEFAULT_MODEL, Backbone, load_backbone
 from .chunking import Chunk, chunk_documents, tokenizer_counters
 from .encoding import encode_chunks
 from .generation import Generation, fits_window, prompt_ids, stream_answer
-from .head import HeadError, QueryHead, untrained_head
+from .head import QueryHead, untrained_head
 from .maxsim import maxsim, normalize_chunks
 from .selection import BM25, select_top_n
 

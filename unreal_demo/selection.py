@@ -65,6 +65,8 @@ class BM25:
         """BM25 score of every indexed text for one query, ``(M,)``."""
         tokens = bm25s.tokenize([query], stopwords="en", stemmer=_STEMMER, show_progress=False,
                                 return_ids=False)[0]
+        if not tokens:  # only stop words or punctuation: nothing matches
+            return np.zeros(self.size, dtype=np.float32)
         return self.retriever.get_scores(tokens)
 
 

@@ -142,24 +142,35 @@ def prepare(cfg: TrainConfig, backbone) -> dict:
             "negatives": negatives, "keys": normalize_chunks(keys), "corpus": corpus}
 
 
-def train(cfg: TrainConfig) -> QueryHead:
-    """Train (or resume) a head and write it, its log and loss curve to ``cfg.out``."""
-    out = Path(cfg.out)
-    out.mkdir(parents=True, exist_ok=True)
-    torch.manual_seed(cfg.seed)
-    backbone = load_backbone(cfg.model)
-    data = prepare(cfg, backbone)
+def new_head(cfg: TrainConfig, backbone) -> QueryHead:
+    """A fresh head with the run's settings, ρ and P initialised from real token embeddings."""
     head = QueryHead(HeadConfig(
         model=cfg.model, hidden_size=backbone.hidden_size, n_layers=backbone.n_layers,
         chunk_layer=cfg.chunk_layer, n_pool=cfg.n_pool, n_ret=cfg.n_ret, n_groups=cfg.n_groups,
         n_context=cfg.n_context, context_tokens=cfg.context_tokens, chunk_tokens=cfg.chunk_tokens,
         use_prompt=cfg.use_prompt, temperature=cfg.temperature), seed=cfg.seed)
     head.init_from_embeddings(backbone, seed=cfg.seed)
-    head.to(backbone.device)
+    return head.to(backbone.device)
+
+
+def fit(head: QueryHead, backbone, data: dict, cfg: TrainConfig, out: Path | None = None) -> list[dict]:
+    """The training loop: AdamW, warm-up + linear decay, clipping, checkpoints in ``out`` (resumed).
+
+    Parameters
+    ----------
+    data : ``questions`` (objects with ``.text``), ``contexts`` (C0 texts per question), ``oracle``
+        (passage index per question), ``negatives`` (hard-negative indices per passage), ``keys``
+        (normalised chunk vectors ``(P, L_p, d)``).
+
+    Returns
+    -------
+    The log: one record per step (loss, lr, candidates, seconds).
+    """
     opt = torch.optim.AdamW(head.parameters(), lr=cfg.lr, betas=(0.9, 0.95), weight_decay=cfg.weight_decay)
-    ckpt_path, log_path = out / "checkpoint.pt", out / "train_log.jsonl"
     step, log = 0, []
-    if ckpt_path.exists():
+    ckpt_path = out / "checkpoint.pt" if out else None
+    log_path = out / "train_log.jsonl" if out else None
+    if ckpt_path is not None and ckpt_path.exists():
         ckpt = torch.load(ckpt_path, weights_only=True)
         head.load_state_dict(ckpt["head"])
         opt.load_state_dict(ckpt["opt"])
@@ -167,9 +178,8 @@ def train(cfg: TrainConfig) -> QueryHead:
         log = [json.loads(line) for line in log_path.read_text().splitlines()][:step] if log_path.exists() else []
     order = list(range(len(data["questions"])))
     random.Random(cfg.seed).shuffle(order)
-    (out / "train_config.json").write_text(json.dumps(asdict(cfg), indent=2))
     keys = data["keys"].to(backbone.device)
-    bar = tqdm(total=cfg.steps, initial=step, desc="train", unit="step")
+    bar = tqdm(total=cfg.steps, initial=step, desc="train", unit="step", disable=out is None)
     started = time.time() - (log[-1]["seconds"] if log else 0.0)
     while step < cfg.steps:
         start = (step * cfg.batch) % len(order)
@@ -189,9 +199,22 @@ def train(cfg: TrainConfig) -> QueryHead:
                     "candidates": len(cand), "seconds": round(time.time() - started, 1)})
         bar.update(1)
         bar.set_postfix(loss=f"{loss.item():.3f}")
-        if step % cfg.checkpoint_every == 0 or step == cfg.steps:
+        if ckpt_path is not None and (step % cfg.checkpoint_every == 0 or step == cfg.steps):
             _checkpoint(head, opt, step, log, ckpt_path, log_path)
     bar.close()
+    return log
+
+
+def train(cfg: TrainConfig) -> QueryHead:
+    """Train (or resume) a head on SQuAD v1.1 dev; write it, its log and its settings to ``cfg.out``."""
+    out = Path(cfg.out)
+    out.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(cfg.seed)
+    backbone = load_backbone(cfg.model)
+    data = prepare(cfg, backbone)
+    head = new_head(cfg, backbone)
+    (out / "train_config.json").write_text(json.dumps(asdict(cfg), indent=2))
+    log = fit(head, backbone, data, cfg, out)
     head.config.trained = True
     head.config.provenance = {
         "data": "SQuAD v1.1 dev (bigbench squad_shifts/squaddev_v1.1.json), train articles only",

@@ -1,0 +1,45 @@
+"""Shared fixtures: a tiny randomly initialised Llama with a tokenizer trained in the test session."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+from unreal_demo.backbone import Backbone
+
+CORPUS = [
+    "The quick brown fox jumps over the lazy dog. A second sentence follows here!",
+    "Paris is the capital of France. Berlin is the capital of Germany. Rome is in Italy.",
+    "Question: what is the answer? The answer is forty two, said the computer.",
+    "Retrieval selects evidence chunks; the model then answers from them alone.",
+] * 20
+
+
+def make_tokenizer() -> PreTrainedTokenizerFast:
+    tok = Tokenizer(models.BPE(unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=400, special_tokens=["<|endoftext|>", "<unk>", "<pad>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(CORPUS, trainer)
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<|endoftext|>", eos_token="<|endoftext|>",
+                                   pad_token="<pad>", unk_token="<unk>")
+    return fast
+
+
+def make_backbone(n_layers: int = 4, seed: int = 0) -> Backbone:
+    tok = make_tokenizer()
+    torch.manual_seed(seed)
+    config = LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=n_layers,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=8192,
+                         attn_implementation="sdpa")
+    model = LlamaForCausalLM(config).eval().requires_grad_(False)
+    model.generation_config.eos_token_id = tok.eos_token_id
+    return Backbone(model=model, tokenizer=tok, name="tiny-llama", revision="tiny")
+
+
+@pytest.fixture(scope="session")
+def tiny() -> Backbone:
+    return make_backbone()

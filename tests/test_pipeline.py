@@ -1,0 +1,71 @@
+"""The whole pipeline on a tiny random Llama: chunk → encode → query → MaxSim → select → answer."""
+
+from __future__ import annotations
+
+import pytest
+
+from unreal_demo.head import untrained_head
+from unreal_demo.pipeline import Explorer, InputError
+
+DOC = " ".join(f"Fact number {i} says the value is {i * 7}." for i in range(120))
+
+
+@pytest.fixture(scope="module")
+def explorer(tiny):
+    return Explorer(tiny, untrained_head(tiny, n_ret=8, n_groups=4, chunk_layer=3), "untrained")
+
+
+class TestAsk:
+    @pytest.mark.parametrize("method", ["unreal", "bm25", "full"])
+    def test_contract(self, explorer, method):
+        r = explorer.ask([DOC, "A second document. It is short."], "What does fact 7 say?", n=3,
+                         method=method, max_new_tokens=4)
+        chunks = r["chunks"]
+        for d, doc in enumerate([DOC, "A second document. It is short."]):
+            assert "".join(doc[c["start"] : c["end"]] for c in chunks if c["doc"] == d) == doc
+        assert set(chunks[0]) == {"id", "doc", "start", "end", "tokens", "score"}
+        assert r["selected"] == sorted(r["selected"])
+        assert len(r["selected"]) == (len(chunks) if method == "full" else 3)
+        assert set(r["timings"]) >= {"prefill", "first_token", "total"}
+        assert isinstance(r["answer"], str) and r["head"] == "untrained"
+
+    def test_unreal_scores_are_maxsim_and_select_the_top(self, explorer):
+        ranking = explorer.rank([DOC], "fact 3?", n=4, method="unreal")
+        top = sorted(range(len(ranking.scores)), key=lambda i: -ranking.scores[i])[:4]
+        assert ranking.selected == sorted(top)
+        assert any("UNTRAINED" in n for n in ranking.notices)
+        assert len(ranking.group_sims) >= 3 and len(next(iter(ranking.group_sims.values()))) == 4  # G rows
+
+    def test_bm25_finds_the_exact_fact(self, explorer):
+        doc = "Cats sleep a lot. Dogs bark loudly at night. " * 40 + "The zebra code is 4417. " + "Birds sing. " * 40
+        ranking = explorer.rank([doc], "What is the zebra code?", n=1, method="bm25")
+        assert "4417" in ranking.chunks[ranking.selected[0]].text
+
+    def test_n_is_clamped_with_a_notice(self, explorer):
+        ranking = explorer.rank(["One sentence only."], "q?", n=50, method="bm25")
+        assert ranking.selected == [0] and "clamped" in ranking.notices[0]
+
+
+class TestBadInput:
+    @pytest.mark.parametrize("docs,question,match", [
+        ([""], "q?", "document is empty"),
+        (["   \n\t "], "q?", "document is empty"),
+        (["text"], "  ", "question is empty"),
+    ])
+    def test_refused(self, explorer, docs, question, match):
+        with pytest.raises(InputError, match=match):
+            explorer.rank(docs, question)
+
+    def test_too_long_refused_before_work(self, explorer, monkeypatch):
+        monkeypatch.setattr(explorer, "chunk", lambda docs: pytest.fail("chunked a refused document"))
+        with pytest.raises(InputError, match="limit is 2,000,000"):
+            explorer.rank(["x" * 2_000_001], "q?")
+
+    def test_unknown_method(self, explorer):
+        with pytest.raises(InputError, match="unknown method"):
+            explorer.rank(["text."], "q?", method="magic")
+
+    def test_prompt_over_the_window(self, explorer):
+        ranking = explorer.rank([DOC * 12], "q?", method="full")
+        with pytest.raises(InputError, match="model window"):
+            next(explorer.stream(ranking, "q?"))
