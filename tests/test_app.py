@@ -1,0 +1,45 @@
+"""The Gradio app through ``gradio_client``: the ``ask`` endpoint on a tiny model."""
+
+from __future__ import annotations
+
+import pytest
+
+gradio_client = pytest.importorskip("gradio_client")
+
+from unreal_demo.head import untrained_head  # noqa: E402
+from unreal_demo.pipeline import Explorer  # noqa: E402
+from unreal_demo.ui.app import build_demo  # noqa: E402
+
+DOC = "Cats sleep a lot. Dogs bark at night. " * 30 + "The zebra code is 4417. " + "Birds sing in spring. " * 30
+
+
+@pytest.fixture(scope="module")
+def client(tiny):
+    explorer = Explorer(tiny, untrained_head(tiny, n_ret=8, n_groups=4, chunk_layer=3), "untrained")
+    demo = build_demo(explorer)
+    demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", server_port=None, quiet=True)
+    try:
+        yield gradio_client.Client(demo.local_url, verbose=False)
+    finally:
+        demo.close()
+
+
+def test_ask_endpoint(client):
+    answer, _bars, _heat, chosen, timings, _notice = client.predict(DOC, "What is the zebra code?", 1, "bm25", False,
+                                                                    api_name="/ask")
+    assert isinstance(answer, str)
+    assert len(chosen["data"]) == 1 and "4417" in chosen["data"][0][-1]
+    assert [row[0] for row in timings["data"]] == ["bm25", "full context"]
+
+
+def test_ask_endpoint_unreal(client):
+    _answer, _bars, _heat, chosen, _timings, notice = client.predict(DOC, "zebra?", 3, "unreal", False,
+                                                                     api_name="/ask")
+    assert len(chosen["data"]) == 3
+    assert "UNTRAINED" in notice
+
+
+@pytest.mark.parametrize("doc,question,match", [("", "q?", "document is empty"), (DOC, " ", "question is empty")])
+def test_bad_input_is_a_clear_error(client, doc, question, match):
+    with pytest.raises(Exception, match=match):
+        client.predict(doc, question, 3, "bm25", False, api_name="/ask")

@@ -1,0 +1,78 @@
+"""Plotly figures, as pure functions: data in, figure out (no model, no Gradio)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pandas as pd
+import plotly.graph_objects as go
+
+from .pipeline import Ranking
+
+ACCENT, MUTED = "#e4572e", "#9aa5b1"
+
+
+def _preview(text: str, words: int = 12) -> str:
+    head = " ".join(text.split()[:words])
+    return head + (" …" if len(text.split()) > words else "")
+
+
+def chunk_scores(ranking: Ranking) -> go.Figure:
+    """Bar chart of every chunk's score in document order; the selected chunks highlighted."""
+    fig = go.Figure()
+    if ranking.scores is None:
+        fig.add_annotation(text="full context: every chunk is read, nothing is scored", showarrow=False)
+        return fig.update_layout(height=260, margin={"t": 30, "b": 30})
+    chosen = set(ranking.selected)
+    fig.add_bar(
+        x=[c.id for c in ranking.chunks], y=ranking.scores,
+        marker_color=[ACCENT if c.id in chosen else MUTED for c in ranking.chunks],
+        customdata=[[c.doc, c.tokens, _preview(c.text)] for c in ranking.chunks],
+        hovertemplate="chunk %{x} (doc %{customdata[0]}, %{customdata[1]} tokens)<br>"
+                      "score %{y:.3f}<br>%{customdata[2]}<extra></extra>",
+    )
+    label = "MaxSim score (Eq. 4)" if ranking.method == "unreal" else f"{ranking.method.upper()} score"
+    return fig.update_layout(
+        title=f"{label} per chunk, document order — top {len(chosen)} in colour",
+        xaxis_title="chunk", yaxis_title="score", height=300, margin={"t": 50, "b": 40}, bargap=0.1,
+    )
+
+
+def group_heatmap(ranking: Ranking) -> go.Figure:
+    """Query-group × pooled-vector similarities ⟨q_g, k_{i,p}⟩ for the top chunks, side by side."""
+    fig = go.Figure()
+    if not ranking.group_sims:
+        fig.add_annotation(text="MaxSim detail is shown for the UNREAL method", showarrow=False)
+        return fig.update_layout(height=260)
+    ids = list(ranking.group_sims)
+    n_pool = len(ranking.group_sims[ids[0]][0])
+    z = [sum((ranking.group_sims[i][g] for i in ids), []) for g in range(len(ranking.group_sims[ids[0]]))]
+    x = [f"c{i}·p{p + 1}" for i in ids for p in range(n_pool)]
+    fig.add_heatmap(z=z, x=x, y=[f"q{g + 1}" for g in range(len(z))], colorscale="Viridis",
+                    hovertemplate="%{y} × %{x}: %{z:.3f}<extra></extra>")
+    for j in range(1, len(ids)):
+        fig.add_vline(x=j * n_pool - 0.5, line_color="white", line_width=3)
+    return fig.update_layout(title="⟨q_g, k_i,p⟩ for the top chunks (max over p, summed over g = score)",
+                             height=280, margin={"t": 50, "b": 40})
+
+
+def loss_curve(log: Sequence[dict], window: int = 20) -> go.Figure:
+    """Training loss per step with a moving average."""
+    df = pd.DataFrame(log)
+    fig = go.Figure()
+    if df.empty:
+        fig.add_annotation(text="no training log", showarrow=False)
+        return fig
+    fig.add_scatter(x=df["step"], y=df["loss"], mode="lines", name="loss", line={"color": MUTED})
+    fig.add_scatter(x=df["step"], y=df["loss"].rolling(window, min_periods=1).mean(), mode="lines",
+                    name=f"mean of {window}", line={"color": ACCENT, "width": 3})
+    return fig.update_layout(title="InfoNCE loss (Eq. 6)", xaxis_title="step", yaxis_title="loss", height=320)
+
+
+def metric_bars(table: pd.DataFrame, metrics: Sequence[str] = ("R@1", "R@10")) -> go.Figure:
+    """Grouped bars of retrieval metrics per method (rows of ``table``, a ``method`` column)."""
+    fig = go.Figure()
+    for m in metrics:
+        if m in table:
+            fig.add_bar(name=m, x=table["method"], y=table[m])
+    return fig.update_layout(barmode="group", height=320, yaxis_range=[0, 1], title="held-out retrieval")

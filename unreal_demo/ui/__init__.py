@@ -1,0 +1,1 @@
+"""The Gradio app: one module per tab. Only this package imports Gradio."""
