@@ -16,10 +16,11 @@ from .pipeline import METHODS, InputError
 
 
 def _ask(args: argparse.Namespace) -> None:
-    from .pipeline import Explorer
+    from .pipeline import Explorer, check_inputs
     from .textio import read_document
 
     docs = [read_document(p) for p in args.doc]
+    check_inputs(docs, args.question)  # before the model loads
     explorer = Explorer.load(args.model, head=args.head, device=args.device, dtype=args.dtype,
                              trust_remote_code=args.trust_remote_code)
     result = explorer.ask(docs, args.question, args.n, args.method, args.max_new_tokens)

@@ -13,9 +13,11 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
+import socket
 import threading
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlparse
 
 import torch
 from torch import nn
@@ -188,6 +190,9 @@ def _load(name: str, dev: torch.device, dt: torch.dtype, trust_remote_code: bool
             if path.exists() and not any(path.glob("*.safetensors")) and not any(path.glob("*.gguf")):
                 raise BackboneError(f"{name}: folder has no *.safetensors weights (pickled weights are refused)")
             source, kwargs = name, {"use_safetensors": True}
+            if not path.exists() and not _in_hf_cache(name) and not _hub_reachable():
+                raise BackboneError(f"cannot load model {name!r}: no such folder, not in the Hugging Face cache, "
+                                    "and the hub is unreachable")
             revision = name
         tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=trust_remote_code)
         model = AutoModelForCausalLM.from_pretrained(
@@ -204,6 +209,27 @@ def _load(name: str, dev: torch.device, dt: torch.dtype, trust_remote_code: bool
     backbone = Backbone(model=model, tokenizer=tokenizer, name=name, revision=revision)
     _ = backbone.blocks  # fail now, clearly, for an architecture without .layers
     return backbone
+
+
+def _in_hf_cache(name: str) -> bool:
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        return isinstance(try_to_load_from_cache(name, "config.json"), str)
+    except ValueError:  # not a valid repo id
+        return False
+
+
+def _hub_reachable(timeout: float = 2.0) -> bool:
+    """A quick TCP probe of the hub, so an offline machine fails in seconds, not after minutes of retries."""
+    if os.environ.get("HF_HUB_OFFLINE") == "1":
+        return False
+    host = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co")).hostname or "huggingface.co"
+    try:
+        socket.create_connection((host, 443), timeout=timeout).close()
+        return True
+    except OSError:
+        return False
 
 
 def _convert_gguf(folder: Path, filename: str, out: Path) -> None:

@@ -1,0 +1,61 @@
+"""Metrics against a hand-worked example, and the ``rank`` command's output shape."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from unreal_demo.__main__ import main
+from unreal_demo.evaluation import fit_fusion_weight, metrics, mrr_at_k, recall_at_k, wilson
+
+
+def test_metrics_hand_worked():
+    rankings = [[4, 2, 9, 1], [7, 8, 3, 0], [5, 6, 2, 1]]
+    gold = [{2}, {0, 3}, {11}]
+    # query 0: gold at rank 2; query 1: first gold (3) at rank 3; query 2: none
+    assert recall_at_k(rankings, gold, 1) == 0.0
+    assert recall_at_k(rankings, gold, 2) == pytest.approx(1 / 3)
+    assert recall_at_k(rankings, gold, 3) == pytest.approx(2 / 3)
+    assert mrr_at_k(rankings, gold, 10) == pytest.approx((1 / 2 + 1 / 3 + 0) / 3)
+    assert mrr_at_k(rankings, gold, 2) == pytest.approx((1 / 2) / 3)
+    row = metrics(rankings, gold)
+    assert row["R@20"] == pytest.approx(0.6667, abs=1e-4)
+
+
+def test_wilson_interval_contains_p():
+    lo, hi = wilson(0.7, 300)
+    assert lo < 0.7 < hi and hi - lo < 0.11
+
+
+def test_fusion_weight_picks_the_better_signal():
+    gold = [{0}, {1}, {2}]
+    good = torch.eye(3) * 5
+    bad = torch.tensor([[0.0, 1, 0], [0, 0, 1], [1, 0, 0]])
+    assert fit_fusion_weight(good, bad, gold) > 0.5
+    assert fit_fusion_weight(bad, good, gold) < 0.5
+
+
+def test_rank_command_bm25_is_well_formed(tmp_path, capsys):
+    passages = [{"id": "p1", "text": "Paris is the capital of France."},
+                {"id": "p2", "text": "Berlin is the capital of Germany."},
+                {"id": "p3", "text": "Cats sleep a lot."}]
+    queries = [{"id": "q1", "text": "capital of Germany"}, {"id": "q2", "text": "sleeping cats"}]
+    (tmp_path / "p.jsonl").write_text("\n".join(json.dumps(p) for p in passages))
+    (tmp_path / "q.jsonl").write_text("\n".join(json.dumps(q) for q in queries))
+    assert main(["rank", "--passages", str(tmp_path / "p.jsonl"), "--queries", str(tmp_path / "q.jsonl"),
+                 "--method", "bm25", "--k", "2", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert [r["query"] for r in out["results"]] == ["q1", "q2"]
+    assert out["results"][0]["hits"][0]["id"] == "p2" and out["results"][1]["hits"][0]["id"] == "p3"
+    for r in out["results"]:
+        assert len(r["hits"]) == 2
+        assert r["hits"][0]["score"] >= r["hits"][1]["score"]
+
+
+def test_rank_command_bad_jsonl(tmp_path, capsys):
+    (tmp_path / "p.jsonl").write_text("not json\n")
+    assert main(["rank", "--passages", str(tmp_path / "p.jsonl"), "--queries", str(tmp_path / "p.jsonl"),
+                 "--method", "bm25"]) == 2
+    assert capsys.readouterr().err.startswith("error: passages file")
