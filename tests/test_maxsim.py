@@ -32,3 +32,24 @@ class TestMaxSim:
         got = maxsim(q, k, block=16)
         assert got.shape == (50,) and got.dtype == torch.float32
         assert torch.allclose(got, maxsim_reference(q[None], k.float())[0], atol=1e-3)
+
+
+def test_sparse_token_matching_against_a_loop():
+    """Sparse scores equal a direct computation: per query token, top-k over all stored tokens."""
+    from unreal_demo.sparse import sparse_scores
+
+    torch.manual_seed(3)
+    lengths = torch.tensor([3, 1, 5, 2])
+    store = torch.nn.functional.normalize(torch.randn(int(lengths.sum()), 8), dim=-1).half()
+    owner = torch.repeat_interleave(torch.arange(4), lengths)
+    q = torch.nn.functional.normalize(torch.randn(3, 8), dim=-1)
+    k = 4
+    sims = q @ store.float().T  # (T_q, N)
+    expected = torch.zeros(4)
+    for t in range(3):
+        v, i = torch.topk(sims[t], k)
+        for m in range(4):
+            hits = [float(v[j]) for j in range(k) if owner[i[j]] == m]
+            expected[m] += max(hits) if hits else float(v[-1])
+    got = sparse_scores([q], [(store[:4], lengths[:2]), (store[4:], lengths[2:])], k=k, block=3)
+    assert torch.allclose(got[0], expected / 3, atol=1e-5)

@@ -16,7 +16,7 @@ def explorer(tiny):
 
 
 class TestAsk:
-    @pytest.mark.parametrize("method", ["unreal", "bm25", "full"])
+    @pytest.mark.parametrize("method", ["unreal", "bm25", "dense", "sparse", "full"])
     def test_contract(self, explorer, method):
         r = explorer.ask([DOC, "A second document. It is short."], "What does fact 7 say?", n=3,
                          method=method, max_new_tokens=4)
@@ -69,3 +69,11 @@ class TestBadInput:
         ranking = explorer.rank([DOC * 12], "q?", method="full")
         with pytest.raises(InputError, match="model window"):
             next(explorer.stream(ranking, "q?"))
+
+
+def test_sparse_and_dense_find_the_planted_fact(explorer):
+    doc = "Cats sleep a lot. Dogs bark loudly at night. " * 40 + "The zebra code is 4417. " + "Birds sing. " * 40
+    ranking = explorer.rank([doc], "What is the zebra code?", n=1, method="dense")
+    assert "4417" in ranking.chunks[ranking.selected[0]].text  # MiniLM is a real retriever
+    sparse = explorer.rank([doc], "What is the zebra code?", n=2, method="sparse")
+    assert len(sparse.scores) == len(sparse.chunks) and len(sparse.selected) == 2

@@ -138,6 +138,7 @@ def encode_chunks(
     max_tokens: int = 512,
     token_budget: int = 8192,
     progress: Callable[[int, int], None] | None = None,
+    tokens_out: list[torch.Tensor] | None = None,
 ) -> torch.Tensor:
     """Encode chunks through blocks 1..``layer`` and pool each to ``n_pool`` vectors (Eq. 1).
 
@@ -149,6 +150,8 @@ def encode_chunks(
     max_tokens : chunk tokens beyond this are cut (the sink token is extra).
     token_budget : padded tokens per forward batch.
     progress : called as ``progress(done, total)`` after each batch.
+    tokens_out : if a list, it receives each chunk's L2-normalised token states ``(T_i, d)`` (fp16),
+        in input order, for sparse token matching (same forward pass).
 
     Returns
     -------
@@ -156,6 +159,7 @@ def encode_chunks(
     """
     rows = tokenize_chunks(backbone, texts, max_tokens)
     out = torch.zeros(len(rows), n_pool, backbone.hidden_size)
+    tokens: list[torch.Tensor | None] = [None] * len(rows)
     done = 0
     for batch in token_batches([len(r) for r in rows], token_budget):
         width = max(len(rows[i]) for i in batch)
@@ -169,9 +173,15 @@ def encode_chunks(
         lengths = mask.sum(1) - 1  # sink left out
         pooled = pool_groups(states[:, 1:].float(), lengths, n_pool)  # (B, L_p, d)
         out[torch.tensor(batch)] = pooled.cpu()
+        if tokens_out is not None:
+            unit = torch.nn.functional.normalize(states[:, 1:].float(), dim=-1).half().cpu()
+            for j, i in enumerate(batch):
+                tokens[i] = unit[j, : int(lengths[j])]
         done += len(batch)
         if progress is not None:
             progress(done, len(rows))
+    if tokens_out is not None:
+        tokens_out.extend(tokens)
     return out
 
 
@@ -183,12 +193,14 @@ def cached_encode(
     max_tokens: int = 512,
     part_size: int = 512,
     progress: Callable[[int, int], None] | None = None,
+    token_parts: list[tuple[torch.Tensor, torch.Tensor]] | None = None,
 ) -> torch.Tensor:
     """:func:`encode_chunks` with an on-disk cache keyed by model, settings and texts.
 
     Encodings are written in parts of ``part_size`` chunks, so a killed run resumes from
     the last complete part. Chunk states do not depend on any trained parameter, so one
-    cache serves every head trained at the same ℓc.
+    cache serves every head trained at the same ℓc. With ``token_parts`` (a list), the normalised
+    token states are kept too and each part appends ``(tokens (N, d) fp16, lengths (m,))``.
     """
     from safetensors.torch import load_file, save_file
 
@@ -200,14 +212,19 @@ def cached_encode(
     parts = []
     for n, s in enumerate(range(0, len(texts), part_size)):
         path = folder / f"part{n:05d}.safetensors"
-        if path.exists():
-            part = load_file(str(path))["k"]
-        else:
-            part = encode_chunks(backbone, texts[s : s + part_size], layer, n_pool, max_tokens).half()
+        stored = load_file(str(path)) if path.exists() else {}
+        if "k" not in stored or (token_parts is not None and "tokens" not in stored):
+            toks: list[torch.Tensor] | None = [] if token_parts is not None else None
+            stored = {"k": encode_chunks(backbone, texts[s : s + part_size], layer, n_pool, max_tokens,
+                                         tokens_out=toks).half()}
+            if toks is not None:
+                stored |= {"tokens": torch.cat(toks), "lengths": torch.tensor([len(t) for t in toks])}
             tmp = path.with_suffix(".tmp")
-            save_file({"k": part}, str(tmp))
+            save_file(stored, str(tmp))
             tmp.rename(path)
-        parts.append(part.float())  # stored as fp16: the same values on every run
+        parts.append(stored["k"].float())  # stored as fp16: the same values on every run
+        if token_parts is not None:
+            token_parts.append((stored["tokens"], stored["lengths"]))
         if progress is not None:
             progress(min(s + part_size, len(texts)), len(texts))
     return torch.cat(parts) if parts else torch.zeros(0, n_pool, backbone.hidden_size)

@@ -83,18 +83,34 @@ class CorpusScorer:
         self.texts, self.backbone, self.head = list(texts), backbone, head
         self.bm25 = BM25(self.texts)
         self._keys: torch.Tensor | None = None
+        self._tokens: list | None = None
         self._dense: torch.Tensor | None = None
+
+    def _encode(self, tokens: bool) -> None:
+        c = self.head.config
+        parts = [] if tokens else None
+        bar = tqdm(total=len(self.texts), desc="encode corpus", unit="passage")
+        self._keys = cached_encode(self.backbone, self.texts, c.chunk_layer, c.n_pool, c.chunk_tokens,
+                                   progress=lambda d, t: bar.update(d - bar.n), token_parts=parts)
+        bar.close()
+        self._tokens = parts
 
     @property
     def raw_keys(self) -> torch.Tensor:
         """Pooled chunk states ``(M, L_p, d)`` at the head's ℓc (cached on disk)."""
         if self._keys is None:
-            c = self.head.config
-            bar = tqdm(total=len(self.texts), desc="encode corpus", unit="passage")
-            self._keys = cached_encode(self.backbone, self.texts, c.chunk_layer, c.n_pool, c.chunk_tokens,
-                                       progress=lambda d, t: bar.update(d - bar.n))
-            bar.close()
+            self._encode(tokens=False)
         return self._keys
+
+    def sparse_scores(self, queries: Sequence[str], alpha: float = 0.5) -> torch.Tensor:
+        """Sparse token matching (k = 64) fused with the pooled cosine at weight ``alpha``."""
+        from . import sparse
+
+        if self._tokens is None:
+            self._encode(tokens=True)
+        qt = sparse.query_token_states(self.backbone, queries, self.head.config.chunk_layer)
+        local = torch.cat([sparse.sparse_scores(qt[s : s + 128], self._tokens) for s in range(0, len(qt), 128)])
+        return sparse.fuse(local, sparse.pooled_scores(qt, self.raw_keys.mean(1)), alpha)
 
     def bm25_scores(self, queries: Sequence[str]) -> torch.Tensor:
         return torch.stack([torch.as_tensor(self.bm25.scores(q), dtype=torch.float32) for q in queries])
@@ -167,7 +183,7 @@ def run_retrieval_eval(sample: int = 500, methods: Sequence[str] = ("bm25", "den
     texts = [q.text for q in qs]
     scores, rows, seconds = {}, [], {}
     need = set(methods) | ({"unreal", "bm25"} if {"hybrid_rrf", "hybrid_fused"} & set(methods) else set())
-    for m in ["bm25", "dense", "untrained", "unreal"]:
+    for m in ["bm25", "dense", "untrained", "sparse", "unreal"]:
         if m in need:
             t0 = time.perf_counter()
             scores[m] = getattr(scorer, f"{m}_scores")(texts)
@@ -188,6 +204,7 @@ def run_retrieval_eval(sample: int = 500, methods: Sequence[str] = ("bm25", "den
         rankings["hybrid_fused"] = top(weight * zscore(scores["unreal"]) + (1 - weight) * zscore(scores["bm25"]))
     labels = {"bm25": "BM25 (bm25s, stemmed)", "dense": "dense MiniLM-L6-v2", "untrained":
               f"untrained backbone (mean state, block {qhead.config.chunk_layer}, cosine)",
+              "sparse": f"sparse token matching (k=64, α=0.5, block {qhead.config.chunk_layer})",
               "unreal": "UNREAL (trained head)", "hybrid_rrf": "UNREAL + BM25, RRF (k=60)",
               "hybrid_fused": f"UNREAL + BM25, score fusion (w={weight} fitted on dev)"}
     for m in methods:
@@ -230,7 +247,7 @@ def rank_jsonl(passages: str, queries: str, method: str, k: int = 10, model: str
                head: str | None = None) -> dict:
     """``rank`` command: top-``k`` passage ids and scores per query, best first."""
     ps, qs = _read_jsonl(passages, "passages"), _read_jsonl(queries, "queries")
-    needs_model = method in {"unreal", "hybrid"}
+    needs_model = method in {"unreal", "hybrid", "sparse"}
     backbone = load_backbone(model) if needs_model else None
     qhead = None
     if needs_model:

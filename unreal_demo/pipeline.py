@@ -29,7 +29,7 @@ from .selection import BM25, select_top_n
 PRECOMPUTED = Path(__file__).resolve().parent.parent / "precomputed"
 DEFAULT_HEADS = {DEFAULT_MODEL: PRECOMPUTED / "heads" / "smollm2-135m" / "head"}
 MAX_CHARS = 2_000_000
-METHODS = ("unreal", "bm25", "full")
+METHODS = ("unreal", "bm25", "dense", "sparse", "full")
 
 
 class InputError(ValueError):
@@ -75,7 +75,7 @@ class Explorer:
         self.backbone, self.head, self.head_source = backbone, head.to(backbone.device).eval(), head_source
         self.head.requires_grad_(False)
         self._count, self._offsets = tokenizer_counters(backbone.tokenizer)
-        self._cache: OrderedDict[str, torch.Tensor] = OrderedDict()
+        self._cache: OrderedDict[str, tuple] = OrderedDict()
         self._lock = threading.Lock()
 
     @classmethod
@@ -96,8 +96,9 @@ class Explorer:
         """Sentence-aligned chunks of every document (see :mod:`unreal_demo.chunking`)."""
         return chunk_documents(docs, self._count, self._offsets, target)
 
-    def chunk_keys(self, chunks: Sequence[Chunk]) -> torch.Tensor:
-        """Pooled, normalised chunk vectors ``(M, L_p, d)`` at the head's ℓc, cached by content."""
+    def encoded(self, chunks: Sequence[Chunk]) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """Pooled chunk vectors ``(M, L_p, d)`` at the head's ℓc (normalised if the head is) and each
+        chunk's normalised token states, from one forward pass; cached by content."""
         c = self.head.config
         key = hashlib.sha1("\x00".join([str(c.chunk_layer), str(c.n_pool)] + [ch.text for ch in chunks])
                            .encode()).hexdigest()
@@ -105,13 +106,15 @@ class Explorer:
             if key in self._cache:
                 self._cache.move_to_end(key)
                 return self._cache[key]
-        keys = encode_chunks(self.backbone, [ch.text for ch in chunks], c.chunk_layer, c.n_pool, c.chunk_tokens)
-        keys = normalize_chunks(keys) if c.normalize else keys
+        tokens: list[torch.Tensor] = []
+        keys = encode_chunks(self.backbone, [ch.text for ch in chunks], c.chunk_layer, c.n_pool, c.chunk_tokens,
+                             tokens_out=tokens)
+        entry = (normalize_chunks(keys) if c.normalize else keys, tokens)
         with self._lock:
-            self._cache[key] = keys
+            self._cache[key] = entry
             while len(self._cache) > 8:
                 self._cache.popitem(last=False)
-        return keys
+        return entry
 
     @torch.inference_mode()
     def rank(self, docs: Sequence[str], question: str, n: int = 5, method: str = "unreal",
@@ -141,9 +144,24 @@ class Explorer:
             scores = torch.as_tensor(bm25.scores(question), dtype=torch.float32)
             timings["retrieval"] = time.perf_counter() - t1
             return Ranking(method, chunks, scores.tolist(), select_top_n(scores, n), timings, notices)
-        keys = self.chunk_keys(chunks)  # (M, L_p, d)
+        if method == "dense":
+            from . import dense
+
+            scores = (dense.embed([question]) @ dense.embed([ch.text for ch in chunks]).T)[0]
+            timings["retrieval"] = time.perf_counter() - t1
+            return Ranking(method, chunks, scores.tolist(), select_top_n(scores, n), timings, notices)
+        keys, tokens = self.encoded(chunks)  # (M, L_p, d), M × (T_i, d)
         timings["encode"] = time.perf_counter() - t1
         t2 = time.perf_counter()
+        if method == "sparse":
+            from . import sparse
+
+            qt = sparse.query_token_states(self.backbone, [question], self.head.config.chunk_layer)
+            lengths = torch.tensor([len(t) for t in tokens])
+            local = sparse.sparse_scores(qt, [(torch.cat(tokens), lengths)])
+            scores = sparse.fuse(local, sparse.pooled_scores(qt, keys.mean(1)))[0]
+            timings["retrieval"] = time.perf_counter() - t2
+            return Ranking(method, chunks, scores.tolist(), select_top_n(scores, n), timings, notices)
         n_ctx = min(self.head.config.n_context, len(chunks))
         context = [chunks[i].text for i in bm25.search([question], n_ctx)[0][0].tolist()] if n_ctx else []
         q = self.head(self.backbone, [question], [context])[0]  # (G, d)
