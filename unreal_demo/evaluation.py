@@ -76,11 +76,13 @@ class CorpusScorer:
     Parameters
     ----------
     texts : the passages.
-    backbone, head : the frozen LLM and the query head (for ``unreal`` and ``untrained``).
+    backbone, head : the frozen LLM and the query head (for ``unreal``, ``untrained``, ``sparse``).
+    keep_tokens : keep token states from the first encoding pass (needed by ``sparse``).
     """
 
-    def __init__(self, texts: Sequence[str], backbone=None, head: QueryHead | None = None) -> None:
-        self.texts, self.backbone, self.head = list(texts), backbone, head
+    def __init__(self, texts: Sequence[str], backbone=None, head: QueryHead | None = None,
+                 keep_tokens: bool = False) -> None:
+        self.texts, self.backbone, self.head, self.keep_tokens = list(texts), backbone, head, keep_tokens
         self.bm25 = BM25(self.texts)
         self._keys: torch.Tensor | None = None
         self._tokens: list | None = None
@@ -99,7 +101,7 @@ class CorpusScorer:
     def raw_keys(self) -> torch.Tensor:
         """Pooled chunk states ``(M, L_p, d)`` at the head's ℓc (cached on disk)."""
         if self._keys is None:
-            self._encode(tokens=False)
+            self._encode(tokens=self.keep_tokens)
         return self._keys
 
     def sparse_scores(self, queries: Sequence[str], alpha: float = 0.5) -> torch.Tensor:
@@ -179,7 +181,7 @@ def run_retrieval_eval(sample: int = 500, methods: Sequence[str] = ("bm25", "den
     qhead = QueryHead.load(head_path).to(backbone.device).eval()
     qhead.check_backbone(backbone)
     corpus, qs, gold = held_out(sample, seed)
-    scorer = CorpusScorer([p.text for p in corpus], backbone, qhead)
+    scorer = CorpusScorer([p.text for p in corpus], backbone, qhead, keep_tokens="sparse" in methods)
     texts = [q.text for q in qs]
     scores, rows, seconds = {}, [], {}
     need = set(methods) | ({"unreal", "bm25"} if {"hybrid_rrf", "hybrid_fused"} & set(methods) else set())
@@ -253,7 +255,7 @@ def rank_jsonl(passages: str, queries: str, method: str, k: int = 10, model: str
     if needs_model:
         qhead = QueryHead.load(Path(head) if head else DEFAULT_HEADS[model]).to(backbone.device).eval()
         qhead.check_backbone(backbone)
-    scorer = CorpusScorer([str(p["text"]) for p in ps], backbone, qhead)
+    scorer = CorpusScorer([str(p["text"]) for p in ps], backbone, qhead, keep_tokens=method == "sparse")
     texts = [str(q["text"]) for q in qs]
     if method == "hybrid":
         u, b = top(scorer.unreal_scores(texts)), top(scorer.bm25_scores(texts))
