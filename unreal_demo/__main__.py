@@ -60,6 +60,20 @@ def _rank(args: argparse.Namespace) -> None:
     print(json.dumps(rank_jsonl(args.passages, args.queries, args.method, args.k, args.model, args.head)))
 
 
+def _flops(args: argparse.Namespace) -> None:
+    from .flops import Setting, report, resolve_backbone
+
+    spec = resolve_backbone(args.config or args.backbone, args.chunk_layer)
+    setting = Setting(n=args.n, T=args.T, n_context=args.n_context, n_ret=args.n_ret, x_ret=args.x_ret)
+    out = report(spec, setting)
+    if args.json:
+        print(json.dumps(out))
+    else:
+        print(f"{spec.name}: N* (Eq. 10) = {out['n_star']:,.0f} tokens; root of Eq. 8 = {out['n_star_numeric']:,.0f}")
+        print("inputs: " + ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+                                     for k, v in out["inputs"].items()))
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m unreal_demo", description="UNREAL Explorer")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -102,6 +116,19 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--json", action="store_true")
     model_flags(ev)
     ev.set_defaults(func=_eval)
+
+    fl = sub.add_parser("flops", help="break-even context length of UNREAL vs full context (Eqs. 8-10)")
+    group = fl.add_mutually_exclusive_group(required=True)
+    group.add_argument("--backbone", help="muse | nemotron | qwen | a model id or folder")
+    group.add_argument("--config", help="a transformers config.json")
+    fl.add_argument("--n", type=int, default=5)
+    fl.add_argument("--T", type=int, default=141)
+    fl.add_argument("--n-context", type=int, default=5)
+    fl.add_argument("--n-ret", type=int, default=64)
+    fl.add_argument("--x-ret", type=int, default=None, help="|x_ret| (default |C0|*T + T_q + R)")
+    fl.add_argument("--chunk-layer", type=int, default=None)
+    fl.add_argument("--json", action="store_true")
+    fl.set_defaults(func=_flops)
 
     rk = sub.add_parser("rank", help="rank a JSONL corpus for JSONL queries")
     rk.add_argument("--passages", required=True)

@@ -76,3 +76,29 @@ def metric_bars(table: pd.DataFrame, metrics: Sequence[str] = ("R@1", "R@10")) -
         if m in table:
             fig.add_bar(name=m, x=table["method"], y=table[m])
     return fig.update_layout(barmode="group", height=320, yaxis_range=[0, 1], title="held-out retrieval")
+
+
+def flops_curves(lengths: Sequence[float], full: Sequence[float], unreal: Sequence[float], n_star: float,
+                 measured: pd.DataFrame | None = None) -> go.Figure:
+    """FLOPs against context length N (log–log) for both pipelines, N* marked; measured TTFT overlaid."""
+    fig = go.Figure()
+    fig.add_scatter(x=list(lengths), y=list(full), name="full context (FLOPs)", line={"color": MUTED, "width": 3})
+    fig.add_scatter(x=list(lengths), y=list(unreal), name="UNREAL (FLOPs)", line={"color": ACCENT, "width": 3})
+    fig.add_vline(x=n_star, line_dash="dash", annotation_text=f"N* = {n_star:,.0f}")
+    if measured is not None and not measured.empty:
+        for method, color in (("full", MUTED), ("unreal", ACCENT)):
+            part = measured[measured["method"] == method]
+            fig.add_scatter(x=part["tokens"], y=part["ttft_s"], name=f"{method} TTFT (s, measured)", yaxis="y2",
+                            mode="markers+lines", line={"color": color, "dash": "dot"})
+        fig.update_layout(yaxis2={"title": "measured TTFT (s)", "type": "log", "overlaying": "y", "side": "right"})
+    return fig.update_layout(xaxis={"type": "log", "title": "context tokens N"},
+                             yaxis={"type": "log", "title": "FLOPs"}, height=380, title="Eq. 8 cost model")
+
+
+def ratio_curve(lengths: Sequence[float], ratio: Sequence[float]) -> go.Figure:
+    """FLOPs(UNREAL) / FLOPs(full) against N; below 1 UNREAL is cheaper."""
+    fig = go.Figure()
+    fig.add_scatter(x=list(lengths), y=list(ratio), line={"color": ACCENT, "width": 3}, name="UNREAL / full")
+    fig.add_hline(y=1.0, line_dash="dash")
+    return fig.update_layout(xaxis={"type": "log", "title": "context tokens N"},
+                             yaxis={"type": "log", "title": "FLOP ratio"}, height=320, title="UNREAL / full context")
