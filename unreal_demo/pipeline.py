@@ -96,6 +96,11 @@ class Explorer:
         """Sentence-aligned chunks of every document (see :mod:`unreal_demo.chunking`)."""
         return chunk_documents(docs, self._count, self._offsets, target)
 
+    def clear_cache(self) -> None:
+        """Forget cached chunk encodings (benchmarks time encoding afresh)."""
+        with self._lock:
+            self._cache.clear()
+
     def encoded(self, chunks: Sequence[Chunk]) -> tuple[torch.Tensor, list[torch.Tensor]]:
         """Pooled chunk vectors ``(M, L_p, d)`` at the head's ℓc (normalised if the head is) and each
         chunk's normalised token states, from one forward pass; cached by content."""
