@@ -101,7 +101,8 @@ def main() -> None:
     print(f"measured crossover: {cross:,.0f} tokens" if cross else "measured crossover: not within the lengths")
     print(f"Eq. 10 N* for {args.model} (n={args.n}, |x_ret|={setting.xret}): {star:,.0f} tokens")
     Path(args.out).write_text(json.dumps({
-        "command": "PYTHONPATH=. python benchmarks/ttft_breakeven.py " + f"--lengths {args.lengths} --reps {args.reps} --n {args.n}",
+        "command": f"PYTHONPATH=. python benchmarks/ttft_breakeven.py --lengths {args.lengths} --reps {args.reps} "
+                   f"--n {args.n}",
         "rows": rows, "ratios": summary, "crossover_tokens": cross, "n_star_eq10": star,
         "machine": "2 CPU cores, fp32"}, indent=2))
 
