@@ -43,3 +43,9 @@ def test_ask_endpoint_unreal(client):
 def test_bad_input_is_a_clear_error(client, doc, question, match):
     with pytest.raises(Exception, match=match):
         client.predict(doc, question, 3, "bm25", False, api_name="/ask")
+
+
+def test_intrinsic_endpoint(client):
+    heat, info = client.predict("Paris is the capital of France. " * 3 + "The fox jumps over the dog. " * 3,
+                                "capital of France?", "separate", "qk_post", -1, api_name="/intrinsic")
+    assert "best rank" in info

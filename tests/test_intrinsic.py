@@ -58,3 +58,28 @@ def test_unhookable_architecture(tiny):
 
     with pytest.raises(BackboneError, match="no self_attn"):
         capture(Fake(), torch.tensor([[1]]))
+
+
+def test_random_recall():
+    from unreal_demo.intrinsic import random_recall
+
+    assert random_recall(10, 1, 1) == pytest.approx(0.1)
+    assert random_recall(10, 2, 5) == pytest.approx(1 - 56 / 252)  # 1 - C(8,5)/C(10,5)
+    assert random_recall(3, 1, 5) == 1.0
+
+
+def test_benchmark_on_tiny_model(tiny, monkeypatch):
+    from unreal_demo import intrinsic
+    from unreal_demo.head import untrained_head
+    from unreal_demo.pipeline import Explorer
+
+    items = [{"question": "capital of France?", "gold_doc": 1,
+              "docs": ["The fox jumps.", "Paris is the capital of France.", "The answer is forty two."]}] * 2
+    monkeypatch.setattr(intrinsic, "benchmark_contexts", lambda sample, seed: items)
+    ex = Explorer(tiny, untrained_head(tiny, n_ret=4, n_groups=2, chunk_layer=3), "untrained")
+    r = intrinsic.run_intrinsic_eval(ex, sample=2)
+    assert len(r["curves"]["separate/qk_post"]["R@1 best head"]) == tiny.n_layers
+    assert r["references"]["bm25"]["R@1"] == 1.0  # "capital France" matches only the gold
+    assert r["references"]["random"]["R@1"] == pytest.approx(1 / 3)
+    by_head = r["curves"]["joint/qk_pre"]["R@1 by head"]
+    assert len(by_head) == tiny.n_layers and len(by_head[0]) == 4

@@ -44,6 +44,14 @@ def _train(args: argparse.Namespace) -> None:
 
 
 def _eval(args: argparse.Namespace) -> None:
+    if args.what == "intrinsic":
+        from .intrinsic import run_intrinsic_eval
+        from .pipeline import Explorer
+
+        explorer = Explorer.load(args.model, head=args.head)
+        result = run_intrinsic_eval(explorer, args.sample, args.seed, args.out)
+        print(json.dumps(result) if args.json else json.dumps(result["references"]))
+        return
     from .evaluation import run_retrieval_eval
 
     result = run_retrieval_eval(args.sample, args.methods.split(","), head=args.head, model=args.model,
@@ -108,7 +116,7 @@ def build_parser() -> argparse.ArgumentParser:
     tr.set_defaults(func=_train)
 
     ev = sub.add_parser("eval", help="held-out evaluation on SQuAD-Shifts New-Wiki")
-    ev.add_argument("what", choices=["retrieval"])
+    ev.add_argument("what", choices=["retrieval", "intrinsic"])
     ev.add_argument("--sample", type=int, default=500, help="number of held-out questions")
     ev.add_argument("--methods", default="bm25,dense,untrained,sparse,unreal,hybrid_rrf,hybrid_fused")
     ev.add_argument("--out", default=None, help="write the JSON result here")

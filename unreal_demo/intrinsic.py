@@ -14,11 +14,16 @@ Two readings of the context:
 
 from __future__ import annotations
 
+import json
+import math
+import random
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
+from tqdm import tqdm
 
 from .backbone import Backbone, BackboneError
 
@@ -148,3 +153,76 @@ def gold_rank(scores: torch.Tensor, gold: set[int]) -> torch.Tensor:
     order = scores.argsort(dim=-1, descending=True)
     ranks = order.argsort(dim=-1) + 1  # rank of every chunk
     return ranks[..., sorted(gold)].min(-1).values
+
+
+def random_recall(n_chunks: int, n_gold: int, k: int) -> float:
+    """Chance that a random ranking puts one of ``n_gold`` gold chunks in its top ``k``."""
+    return 1.0 - math.comb(n_chunks - n_gold, min(k, n_chunks)) / math.comb(n_chunks, min(k, n_chunks))
+
+
+def benchmark_contexts(sample: int, seed: int, same_article: int = 4, distractors: int = 5) -> list[dict]:
+    """Held-out New-Wiki questions, each with its gold paragraph among ``same_article`` other paragraphs
+    of its article and ``distractors`` Wikipedia summaries, shuffled (seeded)."""
+    from .data import load_squad, load_summaries
+
+    passages, questions = load_squad("new_wiki")
+    summaries = load_summaries()
+    by_title: dict[str, list] = {}
+    for p in passages:
+        by_title.setdefault(p.title, []).append(p)
+    rng = random.Random(seed)
+    out = []
+    for q in rng.sample(questions, min(sample, len(questions))):
+        gold = next(p for p in by_title[q.title] if p.id == q.passage_id)
+        others = rng.sample([p for p in by_title[q.title] if p.id != gold.id],
+                            min(same_article, len(by_title[q.title]) - 1))
+        docs = [gold, *others, *rng.sample(summaries, distractors)]
+        rng.shuffle(docs)
+        out.append({"question": q.text, "docs": [d.text for d in docs],
+                    "gold_doc": next(i for i, d in enumerate(docs) if d.id == gold.id)})
+    return out
+
+
+def run_intrinsic_eval(explorer, sample: int = 60, seed: int = 0, out: str | None = None) -> dict:
+    """Recall@1/5 of the gold chunk by layer (best head, mean over heads), both readings, both rotary
+    sides, the residual view, and references (random, BM25, the trained UNREAL head)."""
+    bb, L = explorer.backbone, explorer.backbone.n_layers
+    acc = {f"{m}/{v}": {1: [], 5: []} for m in ("separate", "joint") for v in ("qk_pre", "qk_post", "resid")}
+    refs = {"random": {1: [], 5: []}, "bm25": {1: [], 5: []}, "unreal": {1: [], 5: []}}
+    for item in tqdm(benchmark_contexts(sample, seed), desc="intrinsic", unit="question"):
+        chunks = explorer.chunk(item["docs"])
+        gold = {c.id for c in chunks if c.doc == item["gold_doc"]}
+        texts = [c.text for c in chunks]
+        for mode in ("separate", "joint"):
+            s = intrinsic_scores(bb, texts, item["question"], mode)
+            for view in ("qk_pre", "qk_post", "resid"):
+                rank = gold_rank(getattr(s, view), gold)  # (L, H) or (L,)
+                for k in (1, 5):
+                    acc[f"{mode}/{view}"][k].append((rank <= k).float())
+        for k in (1, 5):
+            refs["random"][k].append(random_recall(len(chunks), len(gold), k))
+        for method in ("bm25", "unreal"):
+            r = explorer.rank(item["docs"], item["question"], 5, method, chunks=chunks)
+            rank = int(gold_rank(torch.tensor([r.scores]), gold)[0])
+            for k in (1, 5):
+                refs[method][k].append(float(rank <= k))
+    result = {"sample": sample, "seed": seed, "layers": list(range(1, L + 1)), "model": bb.name,
+              "head": explorer.head_source, "setting": "gold New-Wiki paragraph + 4 paragraphs of its article "
+              "+ 5 Wikipedia summaries per question, chunked (~141 tokens)",
+              "command": f"python -m unreal_demo eval intrinsic --sample {sample}",
+              "references": {m: {f"R@{k}": sum(v[k]) / len(v[k]) for k in (1, 5)} for m, v in refs.items()},
+              "curves": {}}
+    for name, by_k in acc.items():
+        curve = {}
+        for k in (1, 5):
+            mean = torch.stack(by_k[k]).mean(0)  # (L, H) or (L,)
+            if mean.dim() == 2:
+                curve[f"R@{k} best head"] = mean.max(1).values.tolist()
+                curve[f"R@{k} mean over heads"] = mean.mean(1).tolist()
+                curve[f"R@{k} by head"] = mean.tolist()
+            else:
+                curve[f"R@{k}"] = mean.tolist()
+        result["curves"][name] = curve
+    if out:
+        Path(out).write_text(json.dumps(result, indent=1))
+    return result

@@ -102,3 +102,30 @@ def ratio_curve(lengths: Sequence[float], ratio: Sequence[float]) -> go.Figure:
     fig.add_hline(y=1.0, line_dash="dash")
     return fig.update_layout(xaxis={"type": "log", "title": "context tokens N"},
                              yaxis={"type": "log", "title": "FLOP ratio"}, height=320, title="UNREAL / full context")
+
+
+def layer_curves(result: dict, k: int = 1) -> go.Figure:
+    """Benchmark recall@k of the gold chunk by layer: q/k (best head, mean over heads), residual, references."""
+    fig = go.Figure()
+    layers = result["layers"]
+    styles = {"separate": "solid", "joint": "dot"}
+    for name, curve in result["curves"].items():
+        mode, view = name.split("/")
+        keys = [f"R@{k}"] if view == "resid" else [f"R@{k} best head", f"R@{k} mean over heads"]
+        for key in keys:
+            fig.add_scatter(x=layers, y=curve[key], mode="lines", name=f"{mode} · {view} · {key}",
+                            line={"dash": styles[mode]}, visible=True if "best" in key or view == "resid"
+                            else "legendonly")
+    for ref, color in (("random", "#666"), ("bm25", "#2e86ab"), ("unreal", ACCENT)):
+        fig.add_hline(y=result["references"][ref][f"R@{k}"], line_dash="dash", line_color=color,
+                      annotation_text=f"{ref} {result['references'][ref][f'R@{k}']:.2f}")
+    return fig.update_layout(title=f"gold chunk recall@{k} by layer ({result['sample']} held-out questions)",
+                             xaxis_title="layer", yaxis_title=f"recall@{k}", yaxis_range=[0, 1], height=420)
+
+
+def rank_heatmap(ranks, title: str) -> go.Figure:
+    """Layer × head heatmap of a chunk's rank (1 = top), lower is better."""
+    fig = go.Figure()
+    fig.add_heatmap(z=ranks, x=[f"h{h + 1}" for h in range(len(ranks[0]))], y=list(range(1, len(ranks) + 1)),
+                    colorscale="Viridis_r", hovertemplate="layer %{y}, %{x}: rank %{z}<extra></extra>")
+    return fig.update_layout(title=title, xaxis_title="query head", yaxis_title="layer", height=460)
