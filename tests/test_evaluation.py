@@ -59,3 +59,18 @@ def test_rank_command_bad_jsonl(tmp_path, capsys):
     assert main(["rank", "--passages", str(tmp_path / "p.jsonl"), "--queries", str(tmp_path / "p.jsonl"),
                  "--method", "bm25"]) == 2
     assert capsys.readouterr().err.startswith("error: passages file")
+
+
+def test_corpus_scorer_methods_on_tiny_model(tiny, monkeypatch, tmp_path):
+    """Every scoring method of the benchmark returns a (Q, M) matrix over the whole corpus."""
+    from unreal_demo.evaluation import CorpusScorer
+    from unreal_demo.head import untrained_head
+
+    monkeypatch.setenv("UNREAL_CACHE", str(tmp_path))
+    texts = ["Paris is the capital of France.", "Berlin is in Germany.", "The fox jumps.", "Forty two."]
+    scorer = CorpusScorer(texts, tiny, untrained_head(tiny, n_ret=4, n_groups=2, chunk_layer=3), keep_tokens=True)
+    queries = ["capital of France?", "what does the fox do?"]
+    for method in ("bm25", "untrained", "sparse", "unreal"):
+        s = getattr(scorer, f"{method}_scores")(queries)
+        assert s.shape == (2, 4), method
+    assert int(scorer.bm25_scores(queries)[0].argmax()) == 0

@@ -130,6 +130,16 @@ def tokenize_chunks(backbone: Backbone, texts: Sequence[str], max_tokens: int) -
 
 
 @torch.inference_mode()
+def query_states(backbone: Backbone, queries: Sequence[str], layer: int, max_tokens: int = 256) -> list[torch.Tensor]:
+    """Each query encoded alone to block ``layer``: its token states ``(T_q, d)`` (float32, sink left out)."""
+    out = []
+    for ids in tokenize_chunks(backbone, queries, max_tokens):
+        h = run_blocks(backbone, [layer], input_ids=torch.tensor([ids], device=backbone.device))[layer]
+        out.append(h[0, 1:].float().cpu())
+    return out
+
+
+@torch.inference_mode()
 def encode_chunks(
     backbone: Backbone,
     texts: Sequence[str],

@@ -26,7 +26,7 @@ from tqdm import tqdm
 
 from .backbone import DEFAULT_MODEL, load_backbone
 from .data import Passage, load_squad, load_summaries
-from .encoding import cached_encode, run_blocks, tokenize_chunks
+from .encoding import cached_encode, query_states
 from .head import QueryHead
 from .maxsim import maxsim, normalize_chunks
 from .pipeline import DEFAULT_HEADS
@@ -140,11 +140,8 @@ class CorpusScorer:
         """The backbone's own states, no training: cosine of mean-pooled states at ℓc."""
         layer = self.head.config.chunk_layer
         passages = normalize_chunks(self.raw_keys.mean(1, keepdim=True))[:, 0]  # (M, d)
-        rows = []
-        for ids in tokenize_chunks(self.backbone, queries, 256):
-            h = run_blocks(self.backbone, [layer], input_ids=torch.tensor([ids], device=self.backbone.device))[layer]
-            rows.append(torch.nn.functional.normalize(h[0, 1:].float().mean(0), dim=-1).cpu())
-        return torch.stack(rows) @ passages.T
+        means = torch.stack([h.mean(0) for h in query_states(self.backbone, queries, layer)])  # (Q, d)
+        return torch.nn.functional.normalize(means, dim=-1) @ passages.T
 
     def dense_scores(self, queries: Sequence[str]) -> torch.Tensor:
         from . import dense

@@ -22,17 +22,12 @@ from collections.abc import Sequence
 import torch
 
 from .backbone import Backbone
-from .encoding import run_blocks, tokenize_chunks
+from .encoding import query_states
 
 
-@torch.inference_mode()
 def query_token_states(backbone: Backbone, queries: Sequence[str], layer: int) -> list[torch.Tensor]:
     """L2-normalised states ``(T_q, d)`` of each query's tokens at ``layer`` (sink left out)."""
-    out = []
-    for ids in tokenize_chunks(backbone, queries, 256):
-        h = run_blocks(backbone, [layer], input_ids=torch.tensor([ids], device=backbone.device))[layer]
-        out.append(torch.nn.functional.normalize(h[0, 1:].float(), dim=-1).cpu())
-    return out
+    return [torch.nn.functional.normalize(h, dim=-1) for h in query_states(backbone, queries, layer)]
 
 
 def _owners(token_parts: Sequence[tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
