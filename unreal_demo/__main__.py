@@ -12,6 +12,7 @@ import sys
 from .backbone import DEFAULT_MODEL, BackboneError
 from .data import DataError
 from .head import HeadError
+from .index import IndexStoreError
 from .pipeline import METHODS, InputError
 
 
@@ -82,6 +83,51 @@ def _flops(args: argparse.Namespace) -> None:
                                      for k, v in out["inputs"].items()))
 
 
+def _corpus(names: list[str]) -> list:
+    from .data import Passage, load_squad, load_summaries
+
+    out = []
+    for name in names:
+        if name in ("all", "new_wiki", "squad_dev"):
+            for src in (["new_wiki", "squad_dev"] if name == "all" else [name]):
+                out += load_squad(src)[0]
+        if name in ("all", "summaries"):
+            out += load_summaries()
+        if name not in ("all", "new_wiki", "squad_dev", "summaries"):
+            from .evaluation import _read_jsonl
+
+            out += [Passage(str(r["id"]), str(r.get("title", "")), str(r["text"]), name)
+                    for r in _read_jsonl(name, "corpus")]
+    return out
+
+
+def _index(args: argparse.Namespace) -> None:
+    from . import index
+    from .pipeline import Explorer
+
+    explorer = Explorer.load(args.model, head=args.head)
+    if args.action == "build":
+        from tqdm import tqdm
+
+        passages = _corpus(args.corpus)
+        bar = tqdm(desc="index build", unit="chunk")
+        manifest = index.build_index(args.out, explorer.backbone, passages, explorer.head.config.chunk_layer,
+                                     explorer.head.config.n_pool, args.dtype, args.shard_size,
+                                     progress=lambda d, t: (setattr(bar, "total", t), bar.update(d - bar.n)))
+        bar.close()
+        print(json.dumps({k: v for k, v in manifest.items() if k != "shards"} | {"shards": len(manifest["shards"])}))
+        return
+    if not args.query or not args.query.strip():
+        raise InputError("the query is empty")
+    result = index.search(index.Index(args.index), explorer, args.query, args.k, args.method)
+    if args.json:
+        print(json.dumps(result))
+    else:
+        for h in result["hits"]:
+            print(f"{h['rank']:>3}  {h['score']:8.4f}  {h['title'][:40]:<40}  {' '.join(h['text'].split()[:14])}")
+        print("timings (s): " + ", ".join(f"{k} {v:.4f}" for k, v in result["timings"].items()))
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m unreal_demo", description="UNREAL Explorer")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -138,6 +184,21 @@ def build_parser() -> argparse.ArgumentParser:
     fl.add_argument("--json", action="store_true")
     fl.set_defaults(func=_flops)
 
+    ix = sub.add_parser("index", help="build or search a sharded corpus index")
+    ix.add_argument("action", choices=["build", "search"])
+    ix.add_argument("--out", help="index folder to build")
+    ix.add_argument("--corpus", nargs="+", default=["all"],
+                    help="new_wiki | squad_dev | summaries | all | a JSONL of {id, title, text}")
+    ix.add_argument("--dtype", choices=["fp16", "int8"], default="fp16")
+    ix.add_argument("--shard-size", type=int, default=4096)
+    ix.add_argument("--index", help="index folder to search")
+    ix.add_argument("--query")
+    ix.add_argument("--k", type=int, default=10)
+    ix.add_argument("--method", choices=["unreal", "bm25", "hybrid"], default="unreal")
+    ix.add_argument("--json", action="store_true")
+    model_flags(ix)
+    ix.set_defaults(func=_index)
+
     rk = sub.add_parser("rank", help="rank a JSONL corpus for JSONL queries")
     rk.add_argument("--passages", required=True)
     rk.add_argument("--queries", required=True)
@@ -153,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         args.func(args)
-    except (InputError, BackboneError, HeadError, DataError, ValueError) as exc:
+    except (InputError, BackboneError, HeadError, DataError, IndexStoreError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
