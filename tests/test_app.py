@@ -49,3 +49,15 @@ def test_intrinsic_endpoint(client):
     heat, info = client.predict("Paris is the capital of France. " * 3 + "The fox jumps over the dog. " * 3,
                                 "capital of France?", "separate", "qk_post", -1, api_name="/intrinsic")
     assert "best rank" in info
+
+
+def test_eight_concurrent_requests_get_their_own_answers(client):
+    """Eight users with different documents at once: each gets exactly what it gets alone (greedy)."""
+    docs = [f"Item {i} is stored in room {100 + i}. " * 20 + "Filler sentence here. " * 30 for i in range(8)]
+    alone = [client.predict(d, f"Where is item {i}?", 2, "unreal", False, api_name="/ask")
+             for i, d in enumerate(docs[:2])]
+    jobs = [client.submit(d, f"Where is item {i}?", 2, "unreal", False, api_name="/ask") for i, d in enumerate(docs)]
+    results = [j.result(timeout=120) for j in jobs]
+    for i in range(2):
+        assert results[i][0] == alone[i][0] and results[i][3] == alone[i][3]
+    assert all(len(r[3]["data"]) == 2 for r in results)
