@@ -61,3 +61,8 @@ def test_eight_concurrent_requests_get_their_own_answers(client):
     for i in range(2):
         assert results[i][0] == alone[i][0] and results[i][3] == alone[i][3]
     assert all(len(r[3]["data"]) == 2 for r in results)
+
+
+def test_search_without_an_index_says_so(client):
+    with pytest.raises(Exception, match="no index loaded"):
+        client.predict("who?", 5, "unreal", "new_wiki", api_name="/search")

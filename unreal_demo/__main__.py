@@ -83,24 +83,6 @@ def _flops(args: argparse.Namespace) -> None:
                                      for k, v in out["inputs"].items()))
 
 
-def _corpus(names: list[str]) -> list:
-    from .data import Passage, load_squad, load_summaries
-
-    out = []
-    for name in names:
-        if name in ("all", "new_wiki", "squad_dev"):
-            for src in (["new_wiki", "squad_dev"] if name == "all" else [name]):
-                out += load_squad(src)[0]
-        if name in ("all", "summaries"):
-            out += load_summaries()
-        if name not in ("all", "new_wiki", "squad_dev", "summaries"):
-            from .evaluation import _read_jsonl
-
-            out += [Passage(str(r["id"]), str(r.get("title", "")), str(r["text"]), name)
-                    for r in _read_jsonl(name, "corpus")]
-    return out
-
-
 def _index(args: argparse.Namespace) -> None:
     from . import index
     from .pipeline import Explorer
@@ -109,7 +91,9 @@ def _index(args: argparse.Namespace) -> None:
     if args.action == "build":
         from tqdm import tqdm
 
-        passages = _corpus(args.corpus)
+        from .data import load_corpus
+
+        passages = load_corpus(args.corpus)
         bar = tqdm(desc="index build", unit="chunk")
         manifest = index.build_index(args.out, explorer.backbone, passages, explorer.head.config.chunk_layer,
                                      explorer.head.config.n_pool, args.dtype, args.shard_size,

@@ -150,3 +150,26 @@ def load_essays() -> list[Passage]:
         names = sorted(n for n in z.namelist() if "PaulGrahamEssays/" in n and n.endswith(".txt"))
         return [Passage(f"essays:{Path(n).stem}", Path(n).stem, z.read(n).decode("utf-8"), "essays")
                 for n in names]
+
+
+def load_corpus(names: list[str]) -> list[Passage]:
+    """Passages of built-in sources (``new_wiki``, ``squad_dev``, ``summaries``, ``all``) or JSONL files of
+    ``{"id", "title", "text"}`` lines, in the order given."""
+    out: list[Passage] = []
+    for name in names:
+        if name in ("all", "new_wiki", "squad_dev"):
+            for src in (["new_wiki", "squad_dev"] if name == "all" else [name]):
+                out += load_squad(src)[0]
+        if name in ("all", "summaries"):
+            out += load_summaries()
+        if name not in ("all", "new_wiki", "squad_dev", "summaries"):
+            path = Path(name)
+            if not path.is_file():
+                raise DataError(f"corpus {name!r}: not a built-in source (new_wiki, squad_dev, summaries, all) "
+                                "and not a file")
+            try:
+                rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+                out += [Passage(str(r["id"]), str(r.get("title", "")), str(r["text"]), path.name) for r in rows]
+            except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError) as exc:
+                raise DataError(f"corpus {path}: every line must be a JSON object with id and text ({exc})") from None
+    return out
