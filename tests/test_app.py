@@ -46,9 +46,10 @@ def test_bad_input_is_a_clear_error(client, doc, question, match):
 
 
 def test_intrinsic_endpoint(client):
-    heat, info = client.predict("Paris is the capital of France. " * 3 + "The fox jumps over the dog. " * 3,
-                                "capital of France?", "separate", "qk_post", -1, api_name="/intrinsic")
-    assert "best rank" in info
+    _heat, _chunks, info, top = client.predict("Paris is the capital of France. " * 3 + "The fox jumps. " * 3,
+                                               "capital of France?", "separate", "qk_post", -1, 2,
+                                               api_name="/intrinsic")
+    assert "best rank" in info and top.startswith("**layer 2** ranks chunk")
 
 
 def test_eight_concurrent_requests_get_their_own_answers(client):

@@ -123,9 +123,21 @@ def layer_curves(result: dict, k: int = 1) -> go.Figure:
                              xaxis_title="layer", yaxis_title=f"recall@{k}", yaxis_range=[0, 1], height=420)
 
 
-def rank_heatmap(ranks, title: str) -> go.Figure:
-    """Layer × head heatmap of a chunk's rank (1 = top), lower is better."""
+def layer_head_heatmap(z, title: str, label: str = "rank", reverse: bool = True) -> go.Figure:
+    """Layer × head heatmap (e.g. a chunk's rank, 1 = top, or benchmark recall)."""
     fig = go.Figure()
-    fig.add_heatmap(z=ranks, x=[f"h{h + 1}" for h in range(len(ranks[0]))], y=list(range(1, len(ranks) + 1)),
-                    colorscale="Viridis_r", hovertemplate="layer %{y}, %{x}: rank %{z}<extra></extra>")
+    fig.add_heatmap(z=z, x=[f"h{h + 1}" for h in range(len(z[0]))], y=list(range(1, len(z) + 1)),
+                    colorscale="Viridis_r" if reverse else "Viridis",
+                    hovertemplate=f"layer %{{y}}, %{{x}}: {label} %{{z:.3g}}<extra></extra>")
     return fig.update_layout(title=title, xaxis_title="query head", yaxis_title="layer", height=460)
+
+
+def layer_chunk_heatmap(z, title: str) -> go.Figure:
+    """Layer × chunk heatmap of scores, the best chunk of each layer marked."""
+    fig = go.Figure()
+    fig.add_heatmap(z=z, y=list(range(1, len(z) + 1)), colorscale="Viridis",
+                    hovertemplate="layer %{y}, chunk %{x}: %{z:.3f}<extra></extra>")
+    best = [max(range(len(row)), key=row.__getitem__) for row in z]
+    fig.add_scatter(x=best, y=list(range(1, len(z) + 1)), mode="markers", name="best chunk",
+                    marker={"symbol": "x", "color": "white", "size": 8})
+    return fig.update_layout(title=title, xaxis_title="chunk", yaxis_title="layer", height=460, showlegend=False)
