@@ -30,7 +30,7 @@ def main() -> None:
             page = browser.new_page(viewport={"width": 1400, "height": 1700})
             page.goto(f"http://127.0.0.1:{PORT}")
             page.get_by_text("Ready examples").wait_for()
-            page.locator(".gallery-item, button.example, [data-testid='examples'] button").first.click()
+            page.get_by_text("Ready examples").locator("xpath=..").locator("button, td, tr").first.click()
             page.get_by_role("button", name="Select evidence and answer").click()
             page.get_by_text("Timings against full context").wait_for()
             page.wait_for_function("document.querySelectorAll('.js-plotly-plot').length >= 2", timeout=180_000)

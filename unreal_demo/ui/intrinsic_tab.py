@@ -68,7 +68,8 @@ def build_tab(explorer: Explorer) -> None:
             qk = getattr(s, view)  # (L, H, M)
             ranks = gold_rank(qk, {cid})
             resid = gold_rank(s.resid, {cid}).tolist()
-            z = ((qk - qk.mean(-1, keepdim=True)) / qk.std(-1, keepdim=True).clamp(min=1e-6)).mean(1)  # (L, M)
+            spread = qk.std(-1, keepdim=True, correction=0).clamp(min=1e-6)
+            z = ((qk - qk.mean(-1, keepdim=True)) / spread).mean(1)  # (L, M): z per head, mean over heads
             mine = {"chunks": [c.text for c in chunks], "z": z.tolist()}
             text = (f"chunk {cid} of {len(chunks)}: “{' '.join(chunks[cid].text.split()[:16])} …” — best rank "
                     f"{int(ranks.min())} (layer × head); residual-stream rank by layer: {resid}")
