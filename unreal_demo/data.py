@@ -59,7 +59,8 @@ class Question:
     title: str
 
 
-def _sha256(path: Path) -> str:
+def sha256_file(path: Path) -> str:
+    """SHA-256 hex digest of a file, read in 1 MB blocks."""
     h = hashlib.sha256()
     with path.open("rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
@@ -108,7 +109,7 @@ def source_path(name: str) -> Path:
                 tmp.write_bytes(f.read())
         tmp.rename(out)
     expected = SHA256.get(name)
-    if expected and _sha256(out) != expected:
+    if expected and sha256_file(out) != expected:
         raise DataError(f"{out} does not match its SHA-256 checksum; delete it to fetch it again")
     return out
 

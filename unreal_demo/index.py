@@ -22,7 +22,6 @@ Example
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -32,7 +31,7 @@ import torch
 
 from .backbone import Backbone
 from .chunking import chunk_documents, tokenizer_counters
-from .data import Passage
+from .data import Passage, sha256_file
 from .encoding import encode_chunks
 from .selection import BM25
 
@@ -45,14 +44,6 @@ def quantize_int8(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Symmetric per-vector int8 scalar quantisation: ``x ≈ q · scale`` (scale = max|x| / 127)."""
     scale = np.maximum(np.abs(x).max(-1), 1e-12) / 127.0  # (n, L_p)
     return np.round(x / scale[..., None]).astype(np.int8), scale.astype(np.float16)
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 22), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def _write_json(path: Path, obj: dict) -> None:
@@ -119,7 +110,7 @@ def build_index(
             with tmp.open("wb") as f:
                 np.save(f, arr)
             tmp.rename(out / name)
-            entry["files"][name] = _sha256(out / name)
+            entry["files"][name] = sha256_file(out / name)
         manifest["shards"].append(entry)
         _write_json(manifest_path, manifest)
         if progress is not None:
@@ -154,7 +145,7 @@ class Index:
             arrays = []
             for name, digest in entry["files"].items():
                 path = self.folder / name
-                if not path.exists() or (verify and _sha256(path) != digest):
+                if not path.exists() or (verify and sha256_file(path) != digest):
                     raise IndexStoreError(f"{path} is missing or fails its checksum; rebuild that shard")
                 arrays.append(np.load(path, mmap_mode="r"))
             self.shards.append((arrays[0], arrays[1] if len(arrays) > 1 else None))
