@@ -91,7 +91,8 @@ def test_corrupted_shard_and_clashes(tmp_path, tiny):
 
 
 def test_hybrid_rrf_by_hand():
-    fused = reciprocal_rank_fusion([[3, 1, 2], [1, 4]], k=60)
+    ranked = reciprocal_rank_fusion([[3, 1, 2], [1, 4]], k=60)
+    fused = dict(ranked)
     assert fused[1] == pytest.approx(1 / 62 + 1 / 61)
     assert fused[3] == pytest.approx(1 / 61) and fused[4] == pytest.approx(1 / 62)
-    assert max(fused, key=fused.get) == 1
+    assert ranked[0][0] == 1 and [s for _, s in ranked] == sorted(fused.values(), reverse=True)

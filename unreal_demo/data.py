@@ -164,13 +164,22 @@ def load_corpus(names: list[str]) -> list[Passage]:
         if name in ("all", "summaries"):
             out += load_summaries()
         if name not in ("all", "new_wiki", "squad_dev", "summaries"):
-            path = Path(name)
-            if not path.is_file():
+            if not Path(name).is_file():
                 raise DataError(f"corpus {name!r}: not a built-in source (new_wiki, squad_dev, summaries, all) "
                                 "and not a file")
-            try:
-                rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-                out += [Passage(str(r["id"]), str(r.get("title", "")), str(r["text"]), path.name) for r in rows]
-            except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError) as exc:
-                raise DataError(f"corpus {path}: every line must be a JSON object with id and text ({exc})") from None
+            out += [Passage(str(r["id"]), str(r.get("title", "")), str(r["text"]), Path(name).name)
+                    for r in read_jsonl(name, "corpus")]
     return out
+
+
+def read_jsonl(path: str | Path, kind: str) -> list[dict]:
+    """Lines of a JSONL file, each an object with ``id`` and ``text``; :class:`DataError` otherwise."""
+    try:
+        rows = [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]
+    except FileNotFoundError:
+        raise DataError(f"{kind} file not found: {path}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise DataError(f"{kind} file {path} is not JSONL: {exc}") from None
+    if not rows or not all(isinstance(r, dict) and "id" in r and "text" in r for r in rows):
+        raise DataError(f"{kind} file {path}: every line needs an object with 'id' and 'text'")
+    return rows

@@ -25,7 +25,7 @@ import torch
 from tqdm import tqdm
 
 from .backbone import DEFAULT_MODEL, load_backbone
-from .data import Passage, load_squad, load_summaries
+from .data import Passage, load_squad, load_summaries, read_jsonl
 from .encoding import cached_encode, query_states
 from .head import QueryHead
 from .maxsim import maxsim, normalize_chunks
@@ -190,8 +190,8 @@ def run_retrieval_eval(sample: int = 500, methods: Sequence[str] = ("bm25", "den
     rankings = {m: top(s) for m, s in scores.items()}
     weight = None
     if "hybrid_rrf" in methods:
-        fused = [reciprocal_rank_fusion([u, b]) for u, b in zip(rankings["unreal"], rankings["bm25"], strict=True)]
-        rankings["hybrid_rrf"] = [sorted(f, key=lambda i: -f[i]) for f in fused]
+        rankings["hybrid_rrf"] = [[i for i, _ in reciprocal_rank_fusion([u, b])]
+                                  for u, b in zip(rankings["unreal"], rankings["bm25"], strict=True)]
     if "hybrid_fused" in methods:
         dev_corpus, dev_q = dev_questions(TrainConfig())
         dev_q = random.Random(seed).sample(dev_q, min(dev_sample, len(dev_q)))
@@ -228,24 +228,10 @@ def _markdown(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def _read_jsonl(path: str, kind: str) -> list[dict]:
-    from .pipeline import InputError
-
-    try:
-        rows = [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]
-    except FileNotFoundError:
-        raise InputError(f"{kind} file not found: {path}") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise InputError(f"{kind} file {path} is not JSONL: {exc}") from None
-    if not rows or not all(isinstance(r, dict) and "id" in r and "text" in r for r in rows):
-        raise InputError(f"{kind} file {path}: every line needs an object with 'id' and 'text'")
-    return rows
-
-
 def rank_jsonl(passages: str, queries: str, method: str, k: int = 10, model: str = DEFAULT_MODEL,
                head: str | None = None) -> dict:
     """``rank`` command: top-``k`` passage ids and scores per query, best first."""
-    ps, qs = _read_jsonl(passages, "passages"), _read_jsonl(queries, "queries")
+    ps, qs = read_jsonl(passages, "passages"), read_jsonl(queries, "queries")
     needs_model = method in {"unreal", "hybrid", "sparse"}
     backbone = load_backbone(model) if needs_model else None
     qhead = None
@@ -256,8 +242,7 @@ def rank_jsonl(passages: str, queries: str, method: str, k: int = 10, model: str
     texts = [str(q["text"]) for q in qs]
     if method == "hybrid":
         u, b = top(scorer.unreal_scores(texts)), top(scorer.bm25_scores(texts))
-        fused = [reciprocal_rank_fusion([x, y]) for x, y in zip(u, b, strict=True)]
-        results = [sorted(f.items(), key=lambda kv: -kv[1])[:k] for f in fused]
+        results = [reciprocal_rank_fusion([x, y])[:k] for x, y in zip(u, b, strict=True)]
     else:
         s = getattr(scorer, f"{method}_scores")(texts)
         vals, idx = torch.topk(s, min(k, s.shape[1]), dim=1)

@@ -241,8 +241,7 @@ def search(index: Index, explorer, query: str, k: int = 10, method: str = "unrea
         if method == "unreal":
             hits = unreal_hits
         else:
-            fused = reciprocal_rank_fusion([[i for i, _ in unreal_hits], [i for i, _ in hits]])
-            hits = sorted(fused.items(), key=lambda kv: -kv[1])
+            hits = reciprocal_rank_fusion([[i for i, _ in unreal_hits], [i for i, _ in hits]])
     return {"query": query, "method": method, "timings": {k_: round(v, 5) for k_, v in timings.items()},
             "hits": [{"rank": r + 1, "id": i, "passage": chunks[i]["passage"], "title": chunks[i]["title"],
                       "score": round(float(s), 6), "text": chunks[i]["text"]} for r, (i, s) in enumerate(hits[:k])]}

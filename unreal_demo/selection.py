@@ -70,13 +70,13 @@ class BM25:
         return self.retriever.get_scores(tokens)
 
 
-def reciprocal_rank_fusion(rankings: Sequence[Sequence[int]], k: int = 60) -> dict[int, float]:
-    """RRF score Σ_r 1 / (k + rank_r(i)) (rank from 1) of every item in any ranking."""
+def reciprocal_rank_fusion(rankings: Sequence[Sequence[int]], k: int = 60) -> list[tuple[int, float]]:
+    """Items of any ranking with their RRF score Σ_r 1 / (k + rank_r(i)) (rank from 1), best first."""
     fused: dict[int, float] = {}
     for ranking in rankings:
         for position, item in enumerate(ranking, start=1):
             fused[item] = fused.get(item, 0.0) + 1.0 / (k + position)
-    return fused
+    return sorted(fused.items(), key=lambda kv: -kv[1])
 
 
 def zscore(x: torch.Tensor) -> torch.Tensor:
