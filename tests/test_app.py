@@ -67,3 +67,8 @@ def test_eight_concurrent_requests_get_their_own_answers(client):
 def test_search_without_an_index_says_so(client):
     with pytest.raises(Exception, match="no index loaded"):
         client.predict("who?", 5, "unreal", "new_wiki", api_name="/search")
+
+
+def test_topn_live_run_needs_an_n(client):
+    with pytest.raises(Exception, match="pick at least one n"):
+        client.predict("2K", [], 1, "f1", api_name="/topn")

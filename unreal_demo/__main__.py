@@ -45,6 +45,13 @@ def _train(args: argparse.Namespace) -> None:
 
 
 def _eval(args: argparse.Namespace) -> None:
+    if args.what == "ablations":
+        from .ablation import run_ablations
+
+        result = run_ablations(args.steps, args.sample, args.out or "precomputed/ablations.json",
+                               args.only.split(",") if args.only else None, args.seed)
+        print(json.dumps(result) if args.json else result["markdown"])
+        return
     if args.what == "intrinsic":
         from .intrinsic import run_intrinsic_eval
         from .pipeline import Explorer
@@ -61,6 +68,25 @@ def _eval(args: argparse.Namespace) -> None:
         print(json.dumps(result))
     else:
         print(result["markdown"])
+
+
+def _bench(args: argparse.Namespace) -> None:
+    from .longcontext import parse_lengths
+    from .longcontext_eval import run_benchmark
+    from .pipeline import Explorer
+
+    try:
+        lengths, ns = parse_lengths(args.lengths), [int(x) for x in args.n.split(",")]
+    except ValueError as exc:
+        raise InputError(f"--lengths/--n: {exc}") from None
+    methods = args.methods.split(",")
+    if bad := [m for m in methods if m not in ("unreal", "bm25", "full")] or [n for n in ns if n < 1]:
+        raise InputError(f"unknown method or n < 1: {bad}; methods are unreal, bm25, full")
+    if args.sample < 1:
+        raise InputError("--sample must be at least 1")
+    explorer = Explorer.load(args.model, head=args.head)
+    result = run_benchmark(explorer, args.sample, lengths, ns, methods, args.seed, args.out)
+    print(json.dumps(result) if args.json else result["markdown"])
 
 
 def _rank(args: argparse.Namespace) -> None:
@@ -136,6 +162,7 @@ def build_parser() -> argparse.ArgumentParser:
     tr = sub.add_parser("train", help="train a query head (Eq. 6) on SQuAD v1.1 dev")
     for name in ("out", "model"):
         tr.add_argument(f"--{name}")
+    tr.add_argument("--readout", help='blocks α reads: "all" (default), "chunk" (ℓc only) or e.g. "16,20,24"')
     for name in ("chunk_layer", "n_pool", "n_ret", "n_groups", "n_context", "context_tokens", "negatives",
                  "steps", "batch", "warmup", "seed", "checkpoint_every"):
         tr.add_argument(f"--{name.replace('_', '-')}", dest=name, type=int)
@@ -146,11 +173,13 @@ def build_parser() -> argparse.ArgumentParser:
     tr.set_defaults(func=_train)
 
     ev = sub.add_parser("eval", help="held-out evaluation on SQuAD-Shifts New-Wiki")
-    ev.add_argument("what", choices=["retrieval", "intrinsic"])
+    ev.add_argument("what", choices=["retrieval", "intrinsic", "ablations"])
     ev.add_argument("--sample", type=int, default=500, help="number of held-out questions")
     ev.add_argument("--methods", default="bm25,dense,untrained,sparse,unreal,hybrid_rrf,hybrid_fused")
     ev.add_argument("--out", default=None, help="write the JSON result here")
     ev.add_argument("--seed", type=int, default=0)
+    ev.add_argument("--steps", type=int, default=60, help="ablations: training steps per variant")
+    ev.add_argument("--only", default=None, help="ablations: comma list of name fragments to run")
     ev.add_argument("--json", action="store_true")
     model_flags(ev)
     ev.set_defaults(func=_eval)
@@ -182,6 +211,18 @@ def build_parser() -> argparse.ArgumentParser:
     ix.add_argument("--json", action="store_true")
     model_flags(ix)
     ix.set_defaults(func=_index)
+
+    bn = sub.add_parser("bench", help="long-context benchmark: UNREAL vs BM25 selection vs full context")
+    bn.add_argument("what", choices=["longcontext"])
+    bn.add_argument("--sample", type=int, default=20, help="number of New-Wiki questions")
+    bn.add_argument("--lengths", default="2K,4K,8K,16K,32K,128K,1M", help="context lengths in tokens (2K = 2,000)")
+    bn.add_argument("--n", default="1,2,3,5,8,10,15,20,30", help="numbers of selected chunks")
+    bn.add_argument("--methods", default="unreal,bm25,full")
+    bn.add_argument("--seed", type=int, default=0)
+    bn.add_argument("--out", default=None, help="write the JSON result here")
+    bn.add_argument("--json", action="store_true")
+    model_flags(bn)
+    bn.set_defaults(func=_bench)
 
     rk = sub.add_parser("rank", help="rank a JSONL corpus for JSONL queries")
     rk.add_argument("--passages", required=True)

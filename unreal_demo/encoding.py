@@ -129,6 +129,17 @@ def tokenize_chunks(backbone: Backbone, texts: Sequence[str], max_tokens: int) -
     return [[backbone.sink_id] + row[:max_tokens] for row in ids]
 
 
+def padded_batch(backbone: Backbone, rows: Sequence[Sequence[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Right-padded ``(B, T)`` ids and attention mask on the backbone's device."""
+    width = max(len(r) for r in rows)
+    ids = torch.full((len(rows), width), backbone.pad_id, dtype=torch.long)
+    mask = torch.zeros(len(rows), width, dtype=torch.long)
+    for j, r in enumerate(rows):
+        ids[j, : len(r)] = torch.tensor(r)
+        mask[j, : len(r)] = 1
+    return ids.to(backbone.device), mask.to(backbone.device)
+
+
 @torch.inference_mode()
 def query_states(backbone: Backbone, queries: Sequence[str], layer: int, max_tokens: int = 256) -> list[torch.Tensor]:
     """Each query encoded alone to block ``layer``: its token states ``(T_q, d)`` (float32, sink left out)."""
@@ -172,13 +183,7 @@ def encode_chunks(
     tokens: list[torch.Tensor | None] = [None] * len(rows)
     done = 0
     for batch in token_batches([len(r) for r in rows], token_budget):
-        width = max(len(rows[i]) for i in batch)
-        ids = torch.full((len(batch), width), backbone.pad_id, dtype=torch.long)
-        mask = torch.zeros(len(batch), width, dtype=torch.long)
-        for j, i in enumerate(batch):
-            ids[j, : len(rows[i])] = torch.tensor(rows[i])
-            mask[j, : len(rows[i])] = 1
-        ids, mask = ids.to(backbone.device), mask.to(backbone.device)
+        ids, mask = padded_batch(backbone, [rows[i] for i in batch])  # (B, T) each
         states = run_blocks(backbone, [layer], input_ids=ids, attention_mask=mask)[layer]  # (B, T, d)
         lengths = mask.sum(1) - 1  # sink left out
         pooled = pool_groups(states[:, 1:].float(), lengths, n_pool)  # (B, L_p, d)
@@ -193,6 +198,21 @@ def encode_chunks(
     if tokens_out is not None:
         tokens_out.extend(tokens)
     return out
+
+
+def _cache_folder(backbone: Backbone, texts: Sequence[str], layer: int, n_pool: int, max_tokens: int):
+    from .backbone import cache_dir
+
+    key = hashlib.sha1(json.dumps([backbone.revision, layer, n_pool, max_tokens, list(texts)]).encode())
+    return cache_dir() / "encodings" / key.hexdigest()[:20]
+
+
+def _write_part(path, stored: dict) -> None:
+    from safetensors.torch import save_file
+
+    tmp = path.with_suffix(".tmp")
+    save_file(stored, str(tmp))
+    tmp.rename(path)
 
 
 def cached_encode(
@@ -212,12 +232,9 @@ def cached_encode(
     cache serves every head trained at the same ℓc. With ``token_parts`` (a list), the normalised
     token states are kept too and each part appends ``(tokens (N, d) fp16, lengths (m,))``.
     """
-    from safetensors.torch import load_file, save_file
+    from safetensors.torch import load_file
 
-    from .backbone import cache_dir
-
-    key = hashlib.sha1(json.dumps([backbone.revision, layer, n_pool, max_tokens, list(texts)]).encode())
-    folder = cache_dir() / "encodings" / key.hexdigest()[:20]
+    folder = _cache_folder(backbone, texts, layer, n_pool, max_tokens)
     folder.mkdir(parents=True, exist_ok=True)
     parts = []
     for n, s in enumerate(range(0, len(texts), part_size)):
@@ -229,12 +246,47 @@ def cached_encode(
                                          tokens_out=toks).half()}
             if toks is not None:
                 stored |= {"tokens": torch.cat(toks), "lengths": torch.tensor([len(t) for t in toks])}
-            tmp = path.with_suffix(".tmp")
-            save_file(stored, str(tmp))
-            tmp.rename(path)
+            _write_part(path, stored)
         parts.append(stored["k"].float())  # stored as fp16: the same values on every run
         if token_parts is not None:
             token_parts.append((stored["tokens"], stored["lengths"]))
         if progress is not None:
             progress(min(s + part_size, len(texts)), len(texts))
     return torch.cat(parts) if parts else torch.zeros(0, n_pool, backbone.hidden_size)
+
+
+@torch.inference_mode()
+def warm_cache(
+    backbone: Backbone,
+    texts: Sequence[str],
+    settings: Sequence[tuple[int, int]],
+    max_tokens: int = 512,
+    part_size: int = 512,
+    token_budget: int = 8192,
+    progress: Callable[[int, int], None] | None = None,
+) -> None:
+    """Fill :func:`cached_encode`'s cache for several ``(ℓc, L_p)`` settings in one forward pass per part.
+
+    The pass runs to the deepest ℓc asked for and pools the states of every ℓc with every L_p it
+    is paired with, so an ℓc or L_p sweep costs one encoding instead of one per setting.
+    """
+    folders = {st: _cache_folder(backbone, texts, st[0], st[1], max_tokens) for st in settings}
+    for folder in folders.values():
+        folder.mkdir(parents=True, exist_ok=True)
+    layers = sorted({layer for layer, _ in settings})
+    for n, s in enumerate(range(0, len(texts), part_size)):
+        missing = [st for st in settings if not (folders[st] / f"part{n:05d}.safetensors").exists()]
+        if missing:
+            rows = tokenize_chunks(backbone, texts[s : s + part_size], max_tokens)
+            out = {st: torch.zeros(len(rows), st[1], backbone.hidden_size) for st in missing}
+            for batch in token_batches([len(r) for r in rows], token_budget):
+                ids, mask = padded_batch(backbone, [rows[i] for i in batch])  # (B, T) each
+                states = run_blocks(backbone, layers, input_ids=ids, attention_mask=mask)  # {l: (B, T, d)}
+                lengths = mask.sum(1) - 1  # sink left out
+                for layer, n_pool in missing:
+                    pooled = pool_groups(states[layer][:, 1:].float(), lengths, n_pool)  # (B, L_p, d)
+                    out[(layer, n_pool)][torch.tensor(batch)] = pooled.cpu()
+            for st in missing:
+                _write_part(folders[st] / f"part{n:05d}.safetensors", {"k": out[st].half()})
+        if progress is not None:
+            progress(min(s + part_size, len(texts)), len(texts))

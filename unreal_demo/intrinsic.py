@@ -26,6 +26,7 @@ import torch
 from tqdm import tqdm
 
 from .backbone import Backbone, BackboneError
+from .encoding import padded_batch
 
 
 @dataclass
@@ -127,12 +128,7 @@ def intrinsic_scores(backbone: Backbone, chunks: Sequence[str], question: str, m
     q_ids = tok(f"Question: {question.strip()}", add_special_tokens=False)["input_ids"]
     dev = backbone.device
     if mode == "separate":
-        width = 1 + max(len(r) for r in rows)
-        ids = torch.full((len(rows), width), backbone.pad_id, dtype=torch.long)
-        mask = torch.zeros(len(rows), width, dtype=torch.long)
-        for b, r in enumerate(rows):
-            ids[b, 0], ids[b, 1 : 1 + len(r)], mask[b, : 1 + len(r)] = sink, torch.tensor(r), 1
-        chunk_cap = capture(backbone, ids.to(dev), mask.to(dev))
+        chunk_cap = capture(backbone, *padded_batch(backbone, [[sink, *r] for r in rows]))
         q_cap = capture(backbone, torch.tensor([[sink, *q_ids]], device=dev))
         return _scores(chunk_cap, [(b, 1, 1 + len(r)) for b, r in enumerate(rows)], q_cap,
                        (0, 1, 1 + len(q_ids)), backbone.n_layers)

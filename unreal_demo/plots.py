@@ -141,3 +141,52 @@ def layer_chunk_heatmap(z, title: str) -> go.Figure:
     fig.add_scatter(x=best, y=list(range(1, len(z) + 1)), mode="markers", name="best chunk",
                     marker={"symbol": "x", "color": "white", "size": 8})
     return fig.update_layout(title=title, xaxis_title="chunk", yaxis_title="layer", height=460, showlegend=False)
+
+
+def _metric(row: dict, metric: str) -> float | None:
+    value = row.get(metric)
+    return value[0] if isinstance(value, (list, tuple)) else value
+
+
+def topn_curve(table: Sequence[dict], length: int, metric: str = "f1") -> go.Figure:
+    """The inverted U: answer ``metric`` against n for UNREAL and BM25 at one length, evidence recall dashed."""
+    fig = go.Figure()
+    for method, colour in (("unreal", ACCENT), ("bm25", "#3d5a80")):
+        rows = sorted((r for r in table if r["method"] == method and r["length"] == length and metric in r),
+                      key=lambda r: r["n"])
+        if not rows:
+            continue
+        name = "UNREAL" if method == "unreal" else "BM25"
+        fig.add_scatter(x=[r["n"] for r in rows], y=[_metric(r, metric) for r in rows], mode="lines+markers",
+                        name=f"{name} {metric}", line={"color": colour})
+        fig.add_scatter(x=[r["n"] for r in rows], y=[r["recall"] for r in rows], mode="lines", yaxis="y2",
+                        name=f"{name} evidence recall@n", line={"color": colour, "dash": "dot"})
+    full = [r for r in table if r["method"] == "full" and r["length"] == length and metric in r]
+    if full:
+        fig.add_hline(y=_metric(full[0], metric), line_dash="dash", line_color=MUTED,
+                      annotation_text="full context")
+    return fig.update_layout(
+        title=f"Answer {metric} against n at {length:,} tokens", xaxis_title="n (chunks selected)",
+        xaxis_type="log", yaxis_title=metric, yaxis2={"title": "evidence recall@n", "overlaying": "y",
+                                                      "side": "right", "range": [0, 1.05]},
+        height=360, margin={"t": 50, "b": 40}, legend={"orientation": "h", "y": -0.25})
+
+
+def length_curve(table: Sequence[dict], metric: str = "f1") -> go.Figure:
+    """Best-n ``metric`` of UNREAL and BM25, and full context where it fits, against context length."""
+    fig = go.Figure()
+    for method, colour, name in (("unreal", ACCENT, "UNREAL (best n)"), ("bm25", "#3d5a80", "BM25 (best n)"),
+                                 ("full", MUTED, "full context")):
+        best: dict[int, dict] = {}
+        for r in table:
+            if r["method"] == method and metric in r and (
+                    r["length"] not in best or _metric(r, metric) > _metric(best[r["length"]], metric)):
+                best[r["length"]] = r
+        xs = sorted(best)
+        if xs:
+            fig.add_scatter(x=xs, y=[_metric(best[x], metric) for x in xs], mode="lines+markers", name=name,
+                            line={"color": colour}, customdata=[best[x]["n"] for x in xs],
+                            hovertemplate="%{x:,} tokens: %{y:.3f} (n=%{customdata})<extra></extra>")
+    return fig.update_layout(title=f"Answer {metric} against context length", xaxis_type="log",
+                             xaxis_title="context tokens", yaxis_title=metric, height=360,
+                             margin={"t": 50, "b": 40}, legend={"orientation": "h", "y": -0.25})

@@ -53,6 +53,7 @@ class TrainConfig:
     context_tokens: int = 64
     chunk_tokens: int = 256
     use_prompt: bool = False
+    readout: str = "all"  # read-out blocks for α: "all", "chunk" (ℓc alone) or a comma list
     negatives: int = 15
     near_dup: float = 0.6
     steps: int = 200
@@ -123,12 +124,17 @@ def lr_at(step: int, cfg: TrainConfig) -> float:
     return cfg.lr * max(0.0, (cfg.steps - step) / max(1, cfg.steps - cfg.warmup))
 
 
-def prepare(cfg: TrainConfig, backbone) -> dict:
-    """Train split, BM25 contexts C0, hard negatives and cached chunk embeddings."""
+def train_split(cfg: TrainConfig) -> tuple[list[Passage], list[Question]]:
+    """The train split of SQuAD v1.1 dev: its articles' paragraphs and questions."""
     passages, questions = load_squad("squad_dev")
     train_q, _ = article_split(questions, cfg.dev_fraction)
     titles = {q.title for q in train_q}
-    corpus = [p for p in passages if p.title in titles]
+    return [p for p in passages if p.title in titles], train_q
+
+
+def prepare(cfg: TrainConfig, backbone) -> dict:
+    """Train split, BM25 contexts C0, hard negatives and cached chunk embeddings."""
+    corpus, train_q = train_split(cfg)
     where = {p.id: i for i, p in enumerate(corpus)}
     bm25 = BM25([p.text for p in corpus])
     ctx_ids, _ = bm25.search([q.text for q in train_q], k=cfg.n_context) if cfg.n_context else (None, None)
@@ -142,13 +148,23 @@ def prepare(cfg: TrainConfig, backbone) -> dict:
             "negatives": negatives, "keys": normalize_chunks(keys), "corpus": corpus}
 
 
+def readout_layers(cfg: TrainConfig) -> list[int]:
+    """The 1-based blocks α reads out (empty = every block)."""
+    if cfg.readout == "all":
+        return []
+    if cfg.readout == "chunk":
+        return [cfg.chunk_layer]
+    return [int(x) for x in cfg.readout.split(",")]
+
+
 def new_head(cfg: TrainConfig, backbone) -> QueryHead:
     """A fresh head with the run's settings, ρ and P initialised from real token embeddings."""
     head = QueryHead(HeadConfig(
         model=cfg.model, hidden_size=backbone.hidden_size, n_layers=backbone.n_layers,
         chunk_layer=cfg.chunk_layer, n_pool=cfg.n_pool, n_ret=cfg.n_ret, n_groups=cfg.n_groups,
         n_context=cfg.n_context, context_tokens=cfg.context_tokens, chunk_tokens=cfg.chunk_tokens,
-        use_prompt=cfg.use_prompt, temperature=cfg.temperature), seed=cfg.seed)
+        use_prompt=cfg.use_prompt, temperature=cfg.temperature, readout_layers=readout_layers(cfg)),
+        seed=cfg.seed)
     head.init_from_embeddings(backbone, seed=cfg.seed)
     return head.to(backbone.device)
 
@@ -205,12 +221,12 @@ def fit(head: QueryHead, backbone, data: dict, cfg: TrainConfig, out: Path | Non
     return log
 
 
-def train(cfg: TrainConfig) -> QueryHead:
+def train(cfg: TrainConfig, backbone=None) -> QueryHead:
     """Train (or resume) a head on SQuAD v1.1 dev; write it, its log and its settings to ``cfg.out``."""
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(cfg.seed)
-    backbone = load_backbone(cfg.model)
+    backbone = backbone or load_backbone(cfg.model)
     data = prepare(cfg, backbone)
     head = new_head(cfg, backbone)
     (out / "train_config.json").write_text(json.dumps(asdict(cfg), indent=2))

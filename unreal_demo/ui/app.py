@@ -7,7 +7,7 @@ from pathlib import Path
 import gradio as gr
 
 from ..pipeline import Explorer
-from . import about_head, flops_tab, intrinsic_tab, long_document, wikipedia_tab
+from . import about_head, flops_tab, intrinsic_tab, long_document, topn_tab, wikipedia_tab
 
 CSS = (Path(__file__).resolve().parents[2] / "assets" / "style.css").read_text()
 
@@ -23,6 +23,8 @@ def build_demo(explorer: Explorer) -> gr.Blocks:
             long_document.build_tab(explorer)
         with gr.Tab("Wikipedia"):
             wikipedia_tab.build_tab(explorer)
+        with gr.Tab("Top-n trade-off"):
+            topn_tab.build_tab(explorer)
         with gr.Tab("Intrinsic retrieval by layer"):
             intrinsic_tab.build_tab(explorer)
         with gr.Tab("FLOPs & break-even"):
