@@ -62,3 +62,20 @@ class TestTruncatedEncoder:
     def test_layer_out_of_range(self, tiny):
         with pytest.raises(ValueError):
             run_blocks(tiny, [9], input_ids=torch.tensor([[1, 2]]))
+
+
+def test_warm_cache_fills_every_setting_in_one_pass(tiny, monkeypatch, tmp_path):
+    """After warm_cache, cached_encode for each (ℓc, L_p) reads what encode_chunks computes (fp16 storage)."""
+    from unreal_demo.encoding import cached_encode, encode_chunks, warm_cache
+
+    monkeypatch.setenv("UNREAL_CACHE", str(tmp_path))
+    texts = [f"Sentence {i} about cats and dogs. " * (1 + i % 4) for i in range(11)]
+    settings = [(2, 3), (3, 1), (3, 3)]
+    warm_cache(tiny, texts, settings, max_tokens=64, part_size=4)
+    calls = []
+    monkeypatch.setattr("unreal_demo.encoding.encode_chunks", lambda *a, **k: calls.append(a))
+    cached = {st: cached_encode(tiny, texts, st[0], st[1], 64, part_size=4) for st in settings}
+    assert not calls  # every part came from the cache
+    for (layer, n_pool), keys in cached.items():
+        direct = encode_chunks(tiny, texts, layer, n_pool, 64)
+        torch.testing.assert_close(keys, direct.half().float(), atol=1e-3, rtol=0)
