@@ -1,8 +1,10 @@
 """Eq. 4 — MaxSim late interaction: s_i(x) = Σ_g max_p ⟨q_g, k_{i,p}⟩.
 
-Two exact implementations: :func:`maxsim_reference` (one einsum, for tests and
+Exact implementations: :func:`maxsim_reference` (one einsum, for tests and
 small inputs) and :func:`maxsim` (blocked over chunks, so the similarity tensor
-never exceeds one block, with fp16 storage converted block by block). The cost
+never exceeds one block, with fp16 storage converted block by block). On CUDA
+tensors :func:`maxsim` runs the fused Triton kernel of :mod:`unreal_demo.maxsim_triton`
+when Triton is installed (import-guarded: CPU machines never need it). The cost
 is 2·d·G·L_p FLOPs per chunk.
 
 Example
@@ -15,6 +17,8 @@ tensor([[1.5000, 2.0000]])
 """
 
 from __future__ import annotations
+
+import functools
 
 import torch
 
@@ -40,6 +44,9 @@ def maxsim(q: torch.Tensor, k: torch.Tensor, block: int = 8192) -> torch.Tensor:
     """
     single = q.dim() == 2
     q = q.unsqueeze(0) if single else q
+    if k.is_cuda and _triton() is not None:
+        out = _triton().maxsim_scores(q.to(k.device), k)
+        return out[0] if single else out
     b, g, d = q.shape
     m, p, _ = k.shape
     qf = q.float().reshape(b * g, d).to(k.device)  # (B·G, d)
@@ -49,6 +56,16 @@ def maxsim(q: torch.Tensor, k: torch.Tensor, block: int = 8192) -> torch.Tensor:
         sim = (qf @ kb.T).view(b, g, -1, p)  # (B, G, m_b, L_p)
         out[:, s : s + block] = sim.amax(-1).sum(1)
     return out[0] if single else out
+
+
+@functools.cache
+def _triton():
+    """The Triton kernel module, or None where Triton (or a GPU for it) is missing."""
+    try:
+        from . import maxsim_triton
+    except ImportError:
+        return None
+    return maxsim_triton
 
 
 def normalize_chunks(k: torch.Tensor) -> torch.Tensor:

@@ -10,6 +10,7 @@ from .. import plots
 from ..backbone import BackboneError
 from ..intrinsic import gold_rank, intrinsic_scores
 from ..pipeline import PRECOMPUTED, Explorer, InputError, check_inputs
+from .gpu import on_gpu
 from .long_document import load_examples
 
 
@@ -86,6 +87,6 @@ def build_tab(explorer: Explorer) -> None:
         best = max(range(len(row)), key=row.__getitem__)
         return f"**layer {int(at)}** ranks chunk {best} first:\n\n> {mine['chunks'][best].strip()}"
 
-    run.click(score, [text, question, mode, side, target, layer], [heat, chunk_heat, info, top_text, last],
+    run.click(on_gpu(score), [text, question, mode, side, target, layer], [heat, chunk_heat, info, top_text, last],
               api_name="intrinsic")
     layer.change(top_chunk, [layer, last], top_text, api_name=False)

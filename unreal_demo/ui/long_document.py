@@ -15,6 +15,7 @@ from ..generation import fits_window, prompt_ids
 from ..head import HeadError
 from ..pipeline import MAX_CHARS, METHODS, Explorer, InputError, Ranking
 from ..textio import decode_text
+from .gpu import on_gpu
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "assets" / "examples"
 MAX_UPLOAD_BYTES = 8 * MAX_CHARS // 2
@@ -123,7 +124,7 @@ def build_tab(explorer: Explorer) -> None:
         except (InputError, BackboneError, HeadError) as exc:
             raise gr.Error(str(exc)) from None
 
-    run.click(ask, [text, question, n, method, also_full], [answer, bars, heat, chosen, timings, notice],
+    run.click(on_gpu(ask), [text, question, n, method, also_full], [answer, bars, heat, chosen, timings, notice],
               api_name="ask", concurrency_limit=2)
 
 

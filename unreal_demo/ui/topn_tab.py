@@ -10,6 +10,7 @@ import pandas as pd
 from .. import plots
 from ..longcontext import label
 from ..pipeline import PRECOMPUTED, Explorer
+from .gpu import on_gpu
 
 CAPTION = ("**What to look for.** With few chunks, accuracy is limited by evidence recall (dotted): the answer "
            "is often not among the selected chunks. As n grows, recall saturates while every extra chunk is "
@@ -84,5 +85,5 @@ def build_tab(explorer: Explorer) -> None:
         note = f"Live: {out['setting']} — {out['wall_seconds']:.0f} s."
         return (*figs, summary_frame(rows), rows, note, gr.update(choices=[length_label], value=length_label))
 
-    go.click(live, [live_length, live_ns, live_sample, metric], [topn, by_length, frame, shown, status, length],
-             api_name="topn", concurrency_limit=1)
+    go.click(on_gpu(live, 600), [live_length, live_ns, live_sample, metric],
+             [topn, by_length, frame, shown, status, length], api_name="topn", concurrency_limit=1)

@@ -14,6 +14,7 @@ from ..backbone import cache_dir
 from ..data import load_corpus
 from ..generation import prompt_ids, stream_answer
 from ..pipeline import Explorer, InputError
+from .gpu import on_gpu
 
 CORPORA = {"new_wiki": "SQuAD-Shifts New-Wiki paragraphs (1,581)", "squad_dev": "SQuAD v1.1 dev paragraphs (2,067)",
            "summaries": "Wikipedia lead summaries (10,033)", "all": "all of the above (13,681)"}
@@ -85,5 +86,5 @@ def build_tab(explorer: Explorer) -> None:
             yield gen.text
 
     load.click(open_index, corpus, status, api_name=False)
-    go_btn.click(do_search, [query, k, method, corpus], [chart, table], api_name="search")
-    answer_btn.click(do_answer, [query, table], answer, api_name=False)
+    go_btn.click(on_gpu(do_search), [query, k, method, corpus], [chart, table], api_name="search")
+    answer_btn.click(on_gpu(do_answer), [query, table], answer, api_name=False)

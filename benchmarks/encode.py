@@ -1,0 +1,93 @@
+"""Chunk-encoding throughput against its limits, measured in one run on the same tokens.
+
+    PYTHONPATH=. python benchmarks/encode.py [--passages 1000] [--quick] [--threads 2] [--model ID]
+
+Three timings over the same offline Wikipedia passages (lead summaries, cut to 256 tokens):
+
+1. the full encoding path: tokenise → length-bucketed batches → blocks 1..ℓc (hook stop) → L_p pooling →
+   write an fp16 safetensors part (``encoding.encode_chunks`` + ``save_file``);
+2. the raw forward of the truncated model (``model.model.layers[:ℓc]``, no hooks, no pooling, no writing)
+   on exactly the batches of 1., already tokenised and padded: the limit for 1.;
+3. the untruncated model (all L blocks) on the same batches.
+
+Prints tokens/s of each, the ratio 1/2 (target ≥ 0.9) and the speed-up 2/3 against L/ℓc.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+from safetensors.torch import save_file
+
+from unreal_demo.backbone import DEFAULT_MODEL, load_backbone
+from unreal_demo.data import load_summaries
+from unreal_demo.encoding import encode_chunks, padded_batch, token_batches, tokenize_chunks
+
+
+@torch.inference_mode()
+def raw_forward(backbone, batches: list[tuple[torch.Tensor, torch.Tensor]], n_blocks: int) -> float:
+    """Seconds for the decoder with only its first ``n_blocks`` blocks over pre-padded batches."""
+    base = backbone.base
+    layers = base.layers
+    base.layers = torch.nn.ModuleList(list(layers)[:n_blocks])
+    try:
+        t0 = time.perf_counter()
+        for ids, mask in batches:
+            base(input_ids=ids, attention_mask=mask, use_cache=False)
+        return time.perf_counter() - t0
+    finally:
+        base.layers = layers
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--passages", type=int, default=1000)
+    parser.add_argument("--quick", action="store_true", help="150 passages (about a minute on 2 cores)")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--model", default=DEFAULT_MODEL)
+    parser.add_argument("--chunk-layer", type=int, default=20)
+    parser.add_argument("--out", default="precomputed/bench_encode.json")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    count = 150 if args.quick else args.passages
+    backbone = load_backbone(args.model)
+    texts = [p.text for p in load_summaries()[:count]]
+    layer, max_tokens = args.chunk_layer, 256
+    rows = tokenize_chunks(backbone, texts, max_tokens)
+    n_tokens = sum(len(r) for r in rows)
+    batches = [padded_batch(backbone, [rows[i] for i in b]) for b in token_batches([len(r) for r in rows], 8192)]
+    encode_chunks(backbone, texts[:16], layer, 7, max_tokens)  # warm-up
+    with tempfile.TemporaryDirectory() as tmp:
+        t0 = time.perf_counter()
+        keys = encode_chunks(backbone, texts, layer, 7, max_tokens)
+        save_file({"k": keys.half()}, str(Path(tmp) / "part.safetensors"))
+        path_s = time.perf_counter() - t0
+    trunc_s = raw_forward(backbone, batches, layer)
+    full_s = raw_forward(backbone, batches, backbone.n_layers)
+    result = {
+        "command": f"PYTHONPATH=. python benchmarks/encode.py --passages {count} --threads {args.threads}",
+        "model": backbone.name, "device": str(backbone.device), "dtype": str(backbone.dtype),
+        "threads": args.threads, "passages": count, "tokens": n_tokens, "chunk_layer": layer,
+        "n_layers": backbone.n_layers, "path_tokens_per_s": n_tokens / path_s,
+        "truncated_forward_tokens_per_s": n_tokens / trunc_s, "full_forward_tokens_per_s": n_tokens / full_s,
+        "path_over_truncated": trunc_s / path_s, "truncated_speedup_over_full": full_s / trunc_s,
+        "ideal_speedup_L_over_lc": backbone.n_layers / layer,
+    }
+    print(f"{count} passages, {n_tokens:,} tokens, ℓc = {layer} of {backbone.n_layers} blocks, "
+          f"{args.threads} threads, {backbone.device} {backbone.dtype}")
+    print(f"encoding path      {result['path_tokens_per_s']:8.0f} tokens/s")
+    print(f"raw truncated fwd  {result['truncated_forward_tokens_per_s']:8.0f} tokens/s   "
+          f"path / raw = {result['path_over_truncated']:.3f} (target ≥ 0.9)")
+    print(f"untruncated fwd    {result['full_forward_tokens_per_s']:8.0f} tokens/s   "
+          f"truncated speed-up {result['truncated_speedup_over_full']:.2f}x (L/ℓc = "
+          f"{result['ideal_speedup_L_over_lc']:.2f})")
+    Path(args.out).write_text(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()
