@@ -14,8 +14,12 @@ DOC = "Cats sleep a lot. Dogs bark at night. " * 30 + "The zebra code is 4417. "
 
 
 @pytest.fixture(scope="module")
-def client(tiny):
-    explorer = Explorer(tiny, untrained_head(tiny, n_ret=8, n_groups=4, chunk_layer=3), "untrained")
+def explorer(tiny):
+    return Explorer(tiny, untrained_head(tiny, n_ret=8, n_groups=4, chunk_layer=3), "untrained")
+
+
+@pytest.fixture(scope="module")
+def client(explorer):
     demo = build_demo(explorer)
     demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", server_port=None, quiet=True)
     try:
@@ -72,3 +76,29 @@ def test_search_without_an_index_says_so(client):
 def test_topn_live_run_needs_an_n(client):
     with pytest.raises(Exception, match="pick at least one n"):
         client.predict("2K", [], 1, "f1", api_name="/topn")
+
+
+def test_a_cancelled_request_leaves_the_app_serving(client, explorer, monkeypatch):
+    import threading
+    import time
+
+    big = " ".join(f"Sentence {i} tells about item {i % 97} in room {i % 13}." for i in range(6_000))
+    started, finished, rank = threading.Event(), threading.Event(), explorer.rank
+
+    def tracked(docs, *args, **kwargs):  # lets the test wait for the abandoned worker thread
+        is_big = docs[0] == big
+        started.set() if is_big else None
+        try:
+            return rank(docs, *args, **kwargs)
+        finally:
+            finished.set() if is_big else None
+
+    monkeypatch.setattr(explorer, "rank", tracked)
+    job = client.submit(big, "Where is item 5?", 3, "unreal", True, api_name="/ask")
+    assert started.wait(60)
+    job.cancel()
+    answer, _bars, _heat, chosen, _timings, _notice = client.predict(DOC, "What is the zebra code?", 1, "bm25",
+                                                                    False, api_name="/ask")
+    assert isinstance(answer, str) and "4417" in chosen["data"][0][-1]
+    assert finished.wait(120)  # the cancelled request's thread ends on its own
+    time.sleep(0.5)

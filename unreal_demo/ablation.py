@@ -30,6 +30,7 @@ VARIANTS: dict[str, dict] = {
     "ℓc = 10": {"chunk_layer": 10},
     "ℓc = 15": {"chunk_layer": 15},
     "ℓc = 25": {"chunk_layer": 25},
+    "ℓc = 28": {"chunk_layer": 28},
     "R = 8": {"n_ret": 8},
     "R = 64": {"n_ret": 64},
     "G = 1": {"n_groups": 1},
