@@ -33,6 +33,7 @@ from .backbone import Backbone
 from .chunking import chunk_documents, tokenizer_counters
 from .data import Passage, sha256_file
 from .encoding import encode_chunks
+from .maxsim import maxsim
 from .selection import BM25
 
 
@@ -147,7 +148,7 @@ class Index:
                 path = self.folder / name
                 if not path.exists() or (verify and sha256_file(path) != digest):
                     raise IndexStoreError(f"{path} is missing or fails its checksum; rebuild that shard")
-                arrays.append(np.load(path, mmap_mode="r"))
+                arrays.append(np.load(path, mmap_mode="c"))  # copy-on-write: never written
             self.shards.append((arrays[0], arrays[1] if len(arrays) > 1 else None))
         self._chunks: list[dict] | None = None
         self._bm25 = None
@@ -173,8 +174,8 @@ class Index:
         return self._bm25
 
     def maxsim_topk(self, q: torch.Tensor, k: int, normalize: bool = True,
-                    block: int = 8192) -> tuple[torch.Tensor, torch.Tensor]:
-        """Exact MaxSim over every chunk, shard by shard, with a running top-k merge.
+                    block: int = 1024) -> tuple[torch.Tensor, torch.Tensor]:
+        """Exact MaxSim over every chunk, shard by shard (:func:`maxsim.maxsim`), with a running top-k merge.
 
         Parameters
         ----------
@@ -185,24 +186,17 @@ class Index:
         -------
         scores ``(B, k)`` and chunk ids ``(B, k)``, best first.
         """
-        b, g, d = q.shape
+        b = q.shape[0]
         k = min(k, self.manifest["chunks"])
         best_s = torch.full((b, k), -float("inf"))
         best_i = torch.zeros((b, k), dtype=torch.long)
-        qf = q.float().reshape(b * g, d)
         base = 0
         for keys, scale in self.shards:
-            for s in range(0, len(keys), block):
-                kb = torch.from_numpy(np.asarray(keys[s : s + block], dtype=np.float32))  # (m, L_p, d)
-                if scale is not None:
-                    kb = kb * torch.from_numpy(np.asarray(scale[s : s + block], dtype=np.float32)).unsqueeze(-1)
-                if normalize:
-                    kb = torch.nn.functional.normalize(kb, dim=-1)
-                sims = (qf @ kb.reshape(-1, d).T).view(b, g, kb.shape[0], kb.shape[1])
-                scores = sims.amax(-1).sum(1)  # (B, m)
-                ids = torch.arange(base + s, base + s + kb.shape[0]).expand(b, -1)
-                best_s, pick = torch.topk(torch.cat([best_s, scores], 1), k, dim=1)
-                best_i = torch.cat([best_i, ids], 1).gather(1, pick)
+            scores = maxsim(q, torch.from_numpy(keys), block, normalize,
+                            None if scale is None else torch.from_numpy(scale))  # (B, n)
+            ids = torch.arange(base, base + len(keys)).expand(b, -1)
+            best_s, pick = torch.topk(torch.cat([best_s, scores], 1), k, dim=1)
+            best_i = torch.cat([best_i, ids], 1).gather(1, pick)
             base += len(keys)
         return best_s, best_i
 

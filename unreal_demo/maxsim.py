@@ -29,14 +29,18 @@ def maxsim_reference(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
     return sim.max(-1).values.sum(-1)
 
 
-def maxsim(q: torch.Tensor, k: torch.Tensor, block: int = 8192) -> torch.Tensor:
+def maxsim(q: torch.Tensor, k: torch.Tensor, block: int = 1024, normalize: bool = False,
+           scale: torch.Tensor | None = None) -> torch.Tensor:
     """Exact MaxSim scores ``(B, M)``, computed ``block`` chunks at a time.
 
     Parameters
     ----------
     q : ``(B, G, d)`` or ``(G, d)`` query vectors.
-    k : ``(M, L_p, d)`` pooled chunk vectors, any float dtype (converted per block).
+    k : ``(M, L_p, d)`` pooled chunk vectors, any float dtype or int8 (converted per block, so a
+        memory-mapped fp16/int8 store is read once and its fp32 copy of one block stays in cache).
     block : chunks per matmul.
+    normalize : L2-normalise each chunk vector inside the scan (for stores kept unnormalised).
+    scale : ``(M, L_p)`` per-vector scales of an int8 store (``k ≈ k_int8 · scale``).
 
     Returns
     -------
@@ -44,7 +48,7 @@ def maxsim(q: torch.Tensor, k: torch.Tensor, block: int = 8192) -> torch.Tensor:
     """
     single = q.dim() == 2
     q = q.unsqueeze(0) if single else q
-    if k.is_cuda and _triton() is not None:
+    if k.is_cuda and scale is None and not normalize and _triton() is not None:
         out = _triton().maxsim_scores(q.to(k.device), k)
         return out[0] if single else out
     b, g, d = q.shape
@@ -52,8 +56,12 @@ def maxsim(q: torch.Tensor, k: torch.Tensor, block: int = 8192) -> torch.Tensor:
     qf = q.float().reshape(b * g, d).to(k.device)  # (B·G, d)
     out = torch.empty(b, m, device=k.device)
     for s in range(0, m, block):
-        kb = k[s : s + block].float().reshape(-1, d)  # (m_b·L_p, d)
-        sim = (qf @ kb.T).view(b, g, -1, p)  # (B, G, m_b, L_p)
+        kb = k[s : s + block].float()  # (m_b, L_p, d)
+        if scale is not None:
+            kb = kb * scale[s : s + block].float().unsqueeze(-1)
+        if normalize:
+            kb = torch.nn.functional.normalize(kb, dim=-1)
+        sim = (qf @ kb.reshape(-1, d).T).view(b, g, -1, p)  # (B, G, m_b, L_p)
         out[:, s : s + block] = sim.amax(-1).sum(1)
     return out[0] if single else out
 
