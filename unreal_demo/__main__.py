@@ -63,7 +63,7 @@ def _eval(args: argparse.Namespace) -> None:
     from .evaluation import run_retrieval_eval
 
     result = run_retrieval_eval(args.sample, args.methods.split(","), head=args.head, model=args.model,
-                                out=args.out, seed=args.seed)
+                                out=args.out, seed=args.seed, corpus_name=args.corpus)
     if args.json:
         print(json.dumps(result))
     else:
@@ -178,6 +178,8 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--methods", default="bm25,dense,untrained,sparse,unreal,hybrid_rrf,hybrid_fused")
     ev.add_argument("--out", default=None, help="write the JSON result here")
     ev.add_argument("--seed", type=int, default=0)
+    ev.add_argument("--corpus", choices=["full", "new_wiki"], default="full",
+                    help="retrieval: New-Wiki + 10,033 summaries (full) or the New-Wiki paragraphs alone")
     ev.add_argument("--steps", type=int, default=60, help="ablations: training steps per variant")
     ev.add_argument("--only", default=None, help="ablations: comma list of name fragments to run")
     ev.add_argument("--json", action="store_true")

@@ -158,10 +158,16 @@ def fit_fusion_weight(unreal: torch.Tensor, bm25: torch.Tensor, gold: Sequence[s
     return best[1]
 
 
-def held_out(sample: int, seed: int) -> tuple[list[Passage], list, list[set[int]]]:
-    """Corpus (New-Wiki + summaries), a seeded sample of New-Wiki questions, and gold indices."""
+CORPORA = {"full": "1,581 New-Wiki paragraphs + 10,033 Wikipedia summaries",
+           "new_wiki": "the 1,581 New-Wiki paragraphs alone"}
+
+
+def held_out(sample: int, seed: int, corpus_name: str = "full") -> tuple[list[Passage], list, list[set[int]]]:
+    """Corpus (New-Wiki, plus the summaries for ``"full"``), a seeded sample of New-Wiki questions, gold indices."""
+    if corpus_name not in CORPORA:
+        raise ValueError(f"unknown corpus {corpus_name!r}; use {' or '.join(CORPORA)}")
     new_wiki, questions = load_squad("new_wiki")
-    corpus = new_wiki + load_summaries()
+    corpus = new_wiki + (load_summaries() if corpus_name == "full" else [])
     where = {p.id: i for i, p in enumerate(corpus)}
     qs = random.Random(seed).sample(questions, min(sample, len(questions)))
     return corpus, qs, [{where[q.passage_id]} for q in qs]
@@ -169,7 +175,7 @@ def held_out(sample: int, seed: int) -> tuple[list[Passage], list, list[set[int]
 
 def run_retrieval_eval(sample: int = 500, methods: Sequence[str] = ("bm25", "dense", "untrained", "unreal"),
                        head: str | None = None, model: str = DEFAULT_MODEL, out: str | None = None,
-                       seed: int = 0, dev_sample: int = 300) -> dict:
+                       seed: int = 0, dev_sample: int = 300, corpus_name: str = "full") -> dict:
     """Held-out retrieval for each method; returns (and optionally writes) the result table."""
     from .training import TrainConfig, dev_questions
 
@@ -177,7 +183,7 @@ def run_retrieval_eval(sample: int = 500, methods: Sequence[str] = ("bm25", "den
     head_path = Path(head) if head else DEFAULT_HEADS[model]
     qhead = QueryHead.load(head_path).to(backbone.device).eval()
     qhead.check_backbone(backbone)
-    corpus, qs, gold = held_out(sample, seed)
+    corpus, qs, gold = held_out(sample, seed, corpus_name)
     scorer = CorpusScorer([p.text for p in corpus], backbone, qhead, keep_tokens="sparse" in methods)
     texts = [q.text for q in qs]
     scores, rows, seconds = {}, [], {}
@@ -210,8 +216,10 @@ def run_retrieval_eval(sample: int = 500, methods: Sequence[str] = ("bm25", "den
         rows.append({"method": labels[m], "key": m} | metrics(rankings[m], gold) | {"n": len(gold)})
     result = {
         "setting": f"{len(gold)} SQuAD-Shifts New-Wiki questions (seed {seed}); corpus {len(corpus):,} passages "
-                   f"(1,581 New-Wiki paragraphs + 10,033 Wikipedia summaries); head {head_path}",
-        "command": f"python -m unreal_demo eval retrieval --sample {sample} --methods {','.join(methods)}",
+                   f"({CORPORA[corpus_name]}); head {head_path}",
+        "command": f"python -m unreal_demo eval retrieval --sample {sample} --methods {','.join(methods)} "
+                   f"--corpus {corpus_name}",
+        "corpus": corpus_name,
         "seconds": seconds, "fusion_weight": weight, "table": rows,
         "markdown": _markdown(rows),
     }
