@@ -23,12 +23,22 @@ def build_tab(explorer: Explorer) -> None:
     if log_path.exists():
         log = [json.loads(line) for line in log_path.read_text().splitlines()]
         gr.Plot(plots.loss_curve(log), label="training loss")
-    result = PRECOMPUTED / "eval_retrieval.json"
-    if result.exists():
-        data = json.loads(result.read_text())
-        table = pd.DataFrame(data["table"])
-        gr.Markdown(f"**Held-out retrieval** — {data['setting']}\n\n`{data['command']}`")
-        gr.Dataframe(table)
-        gr.Plot(plots.metric_bars(table))
+        gr.Markdown("*What to look for:* the loss (smoothed) against ln |B(x)|, the loss of a uniform guess over "
+                    "the candidates; a curve still falling at the end means more steps would help.")
+    for name, title in (("eval_retrieval_newwiki.json", "Held-out retrieval, New-Wiki paragraphs"),
+                        ("eval_retrieval.json", "Held-out retrieval, New-Wiki + 10,033 summaries")):
+        result = PRECOMPUTED / name
+        if result.exists():
+            data = json.loads(result.read_text())
+            table = pd.DataFrame(data["table"])
+            gr.Markdown(f"**{title}** — {data['setting']}\n\n`{data['command']}`")
+            gr.Dataframe(table.drop(columns=["key"], errors="ignore"))
+            gr.Plot(plots.metric_bars(table))
+            gr.Markdown("*What to look for:* UNREAL against BM25 alone, and whether fusing the two beats both.")
+    ablations = PRECOMPUTED / "ablations.json"
+    if ablations.exists():
+        data = json.loads(ablations.read_text())
+        gr.Markdown(f"**Ablations on the dev split** — {data['setting']}\n\n`{data['command']}`\n\n"
+                    + data["markdown"])
     if c.provenance:
         gr.JSON(c.provenance, label="provenance")

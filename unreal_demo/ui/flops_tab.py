@@ -67,6 +67,9 @@ def build_tab(explorer: Explorer) -> None:
     with gr.Row():
         curves = gr.Plot(first[1], label="FLOPs against N")
         ratio = gr.Plot(first[2], label="FLOP ratio")
+    gr.Markdown("*What to look for:* where the UNREAL curve crosses below full context (N*, Eq. 10) and how the "
+                "ratio keeps falling with length; on the loaded model the measured time-to-first-token points "
+                "show whether FLOPs predict time on this machine.")
     gr.Markdown("**Table 6** (T = 141, |x_ret| = 910): our Eq. 10 and Eq. 8 root beside the paper's values")
     gr.Dataframe(table6())
     inputs = [backbone, n, T, n_ctx, R, tq, tg, lc]

@@ -93,11 +93,12 @@ def build_tab(explorer: Explorer) -> None:
     with gr.Row():
         bars = gr.Plot(label="Per-chunk scores")
         heat = gr.Plot(label="MaxSim detail")
+    gr.Markdown("*What to look for:* left, every chunk's score in document order, the selected top n in colour "
+                "(a clear spike at the answer's chunk means a confident selection); right, for UNREAL, which "
+                "query group g matched which pooled position p of each top chunk (Eq. 4 takes the max over p "
+                "in every row, then sums the rows).")
     chosen = gr.Dataframe(label="Selected chunks, document order", wrap=True)
     timings = gr.Dataframe(label="Timings against full context")
-    examples = load_examples() if (EXAMPLES / "examples.json").exists() else []
-    if examples:
-        gr.Examples(examples, [text, question, n, method], label="Ready examples (offline text)")
     upload.change(read_upload, [upload, text], text, api_name=False)
 
     def ask(doc: str, q: str, n_sel: float, meth: str, full_too: bool = False,
@@ -124,6 +125,11 @@ def build_tab(explorer: Explorer) -> None:
         except (InputError, BackboneError, HeadError) as exc:
             raise gr.Error(str(exc)) from None
 
+    examples = load_examples() if (EXAMPLES / "examples.json").exists() else []
+    if examples:
+        gr.Examples(examples, [text, question, n, method], label="Ready examples (offline text)",
+                    fn=on_gpu(ask), outputs=[answer, bars, heat, chosen, timings, notice], cache_examples=True,
+                    cache_mode="lazy")
     run.click(on_gpu(ask), [text, question, n, method, also_full], [answer, bars, heat, chosen, timings, notice],
               api_name="ask", concurrency_limit=2)
 

@@ -37,6 +37,8 @@ def build_tab(explorer: Explorer) -> None:
         method = gr.Radio(["unreal", "bm25", "hybrid"], value="unreal", label="method")
         go_btn = gr.Button("Search", variant="primary")
     chart = gr.Plot()
+    gr.Markdown("*What to look for:* a large gap between the first hit and the rest marks a confident match; "
+                "compare the BM25 rank column to see where UNREAL and lexical matching disagree.")
     table = gr.Dataframe(wrap=True)
     answer_btn = gr.Button("Answer from the top 5")
     answer = gr.Textbox(label="Answer (streamed)", lines=3)
