@@ -18,6 +18,7 @@ Example
 
 from __future__ import annotations
 
+import functools
 import random
 import re
 from collections.abc import Callable, Sequence
@@ -173,8 +174,12 @@ def gold_chunks(texts: Sequence[str], doc_of: Sequence[int], gold_doc: int, answ
     return hit or set(mine)
 
 
+@functools.lru_cache(maxsize=4)
 def offline_builder(tokenizer, sample: int, seed: int = 0) -> Builder:
-    """The benchmark on the offline data: ``sample`` New-Wiki questions (seeded), depths, and the pool."""
+    """The benchmark on the offline data: ``sample`` New-Wiki questions (seeded), depths, and the pool.
+
+    Memoised (with its chunk cache), so the app's live runs pay for the pool once.
+    """
     from .chunking import tokenizer_counters
     from .data import load_essays, load_novel, load_squad, load_summaries
 
