@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import random
-import time
 from dataclasses import asdict, replace
 from pathlib import Path
 
@@ -72,15 +71,14 @@ def run_ablations(steps: int = 60, dev_sample: int = 300, out: str = "precompute
         if name in rows:
             continue
         cfg = replace(BASE, steps=steps, out=str(cache_dir() / "ablations" / _slug(name)), **overrides)
-        t0 = time.time()
-        head = train(cfg, backbone)
-        train_s = time.time() - t0
+        train(cfg, backbone)
         head = QueryHead.load(Path(cfg.out) / "head").to(backbone.device).eval()
         scorer = CorpusScorer([p.text for p in dev_corpus], backbone, head)
         rows[name] = {"variant": name, "settings": {k: v for k, v in asdict(cfg).items() if k in overrides},
                       "steps": steps, "dev_questions": len(dev_q), "params": head.n_params(),
                       "final_loss": head.config.provenance["final_loss"],
-                      "train_seconds": round(train_s, 1)} | metrics(top(scorer.unreal_scores(texts)), gold)
+                      "train_seconds": head.config.provenance["cpu_seconds"]}
+        rows[name] |= metrics(top(scorer.unreal_scores(texts)), gold)
         _write(path, rows, bm25_row, steps, len(dev_q), len(dev_corpus))
     return _write(path, rows, bm25_row, steps, len(dev_q), len(dev_corpus))
 
@@ -89,10 +87,10 @@ def _write(path: Path, rows: dict, bm25_row: dict, steps: int, n_q: int, n_corpu
     order = [k for k in VARIANTS if k in rows]
     table = [rows[k] for k in order]
     cols = ["R@1", "R@5", "R@10", "MRR@10"]
-    md = ["| variant | " + " | ".join(cols) + " | loss | params | train s |", "|---" * (len(cols) + 4) + "|",
-          "| BM25 (reference) | " + " | ".join(f"{bm25_row[c]:.3f}" for c in cols) + " | – | – | – |"]
+    md = ["| variant | " + " | ".join(cols) + " | loss | params |", "|---" * (len(cols) + 3) + "|",
+          "| BM25 (reference) | " + " | ".join(f"{bm25_row[c]:.3f}" for c in cols) + " | – | – |"]
     md += ["| " + r["variant"].replace("|", "\\|") + " | " + " | ".join(f"{r[c]:.3f}" for c in cols)
-           + f" | {r['final_loss']:.2f} | {r['params']:,} | {r['train_seconds']:.0f} |" for r in table]
+           + f" | {r['final_loss']:.2f} | {r['params']:,} |" for r in table]
     result = {"setting": f"dev split: {n_q} SQuAD v1.1 dev questions from articles disjoint from train, "
                          f"corpus {n_corpus} dev paragraphs; every variant {steps} steps × {BASE.batch} questions",
               "command": f"python -m unreal_demo eval ablations --steps {steps} --sample {n_q}",
