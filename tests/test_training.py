@@ -53,3 +53,15 @@ def test_a_few_steps_lower_the_loss(tiny, tmp_path):
     # resuming at the end does nothing more and keeps the log
     again = fit(new_head(cfg, tiny), tiny, data, cfg, tmp_path)
     assert again == log
+
+
+def test_ablation_table_escapes_pipes_and_keeps_columns(tmp_path):
+    from unreal_demo.ablation import VARIANTS, _slug, _write
+
+    row = {"R@1": 0.1, "R@5": 0.2, "R@10": 0.3, "MRR@10": 0.15, "final_loss": 2.0, "params": 1234}
+    name = "|C0| = 2 (64 tokens each)"
+    assert name in VARIANTS and _slug(name) == "c0----2"
+    out = _write(tmp_path / "a.json", {name: row | {"variant": name}}, row, 60, 300, 422)
+    lines = out["markdown"].splitlines()
+    assert all(line.count("|") - line.count("\\|") == lines[0].count("|") for line in lines)
+    assert "\\|C0\\| = 2" in lines[-1] and (tmp_path / "a.json").exists()
