@@ -27,7 +27,7 @@ from .maxsim import maxsim, normalize_chunks
 from .selection import BM25, select_top_n
 
 PRECOMPUTED = Path(__file__).resolve().parent.parent / "precomputed"
-DEFAULT_HEADS = {DEFAULT_MODEL: PRECOMPUTED / "heads" / "smollm2-135m-lc20" / "head"}
+DEFAULT_HEADS = {DEFAULT_MODEL: PRECOMPUTED / "heads" / "smollm2-135m" / "head"}
 MAX_CHARS = 2_000_000
 METHODS = ("unreal", "bm25", "dense", "sparse", "full")
 
