@@ -50,7 +50,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="150 passages (about a minute on 2 cores)")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--model", default=DEFAULT_MODEL)
-    parser.add_argument("--chunk-layer", type=int, default=20)
+    parser.add_argument("--chunk-layer", type=int, default=25)
     parser.add_argument("--out", default="precomputed/bench_encode.json")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)

@@ -174,7 +174,7 @@ class Index:
         return self._bm25
 
     def maxsim_topk(self, q: torch.Tensor, k: int, normalize: bool = True,
-                    block: int = 1024) -> tuple[torch.Tensor, torch.Tensor]:
+                    block: int = 256) -> tuple[torch.Tensor, torch.Tensor]:
         """Exact MaxSim over every chunk, shard by shard (:func:`maxsim.maxsim`), with a running top-k merge.
 
         Parameters

@@ -29,7 +29,7 @@ def maxsim_reference(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
     return sim.max(-1).values.sum(-1)
 
 
-def maxsim(q: torch.Tensor, k: torch.Tensor, block: int = 1024, normalize: bool = False,
+def maxsim(q: torch.Tensor, k: torch.Tensor, block: int = 256, normalize: bool = False,
            scale: torch.Tensor | None = None) -> torch.Tensor:
     """Exact MaxSim scores ``(B, M)``, computed ``block`` chunks at a time.
 
