@@ -24,7 +24,7 @@ import torch
 from .backbone import cache_dir
 from .encoding import cached_encode
 from .evaluation import wilson
-from .generation import fits_window, prompt_ids, stream_answer
+from .generation import answer_ids, fits_window, prompt_ids
 from .longcontext import Builder, Context, gold_chunks, label
 from .maxsim import maxsim, normalize_chunks
 from .selection import BM25, select_top_n
@@ -52,17 +52,11 @@ class AnswerCache:
     def get(self, backbone, ids: list[int]) -> str:
         key = hashlib.sha1(json.dumps([backbone.revision, MAX_NEW_TOKENS, ids]).encode()).hexdigest()
         if key not in self.known:
-            text = answer_ids(backbone, ids)
+            text = answer_ids(backbone, ids, MAX_NEW_TOKENS).text
             self.known[key] = text
             with self.path.open("a", encoding="utf-8") as f:
                 f.write(json.dumps({"key": key, "answer": text}) + "\n")
         return self.known[key]
-
-
-def answer_ids(backbone, ids: list[int]) -> str:
-    """The greedy answer to a prompt (at most :data:`MAX_NEW_TOKENS` tokens)."""
-    *_, last = stream_answer(backbone, ids, MAX_NEW_TOKENS)
-    return last.text
 
 
 class ContextEncoder:

@@ -126,10 +126,17 @@ def lr_at(step: int, cfg: TrainConfig) -> float:
 
 def train_split(cfg: TrainConfig) -> tuple[list[Passage], list[Question]]:
     """The train split of SQuAD v1.1 dev: its articles' paragraphs and questions."""
+    return _split(cfg)[0]
+
+
+def _split(cfg: TrainConfig) -> list[tuple[list[Passage], list[Question]]]:
+    """(paragraphs, questions) of the train and the dev articles (disjoint by article)."""
     passages, questions = load_squad("squad_dev")
-    train_q, _ = article_split(questions, cfg.dev_fraction)
-    titles = {q.title for q in train_q}
-    return [p for p in passages if p.title in titles], train_q
+    out = []
+    for qs in article_split(questions, cfg.dev_fraction):
+        titles = {q.title for q in qs}
+        out.append(([p for p in passages if p.title in titles], qs))
+    return out
 
 
 def prepare(cfg: TrainConfig, backbone) -> dict:
@@ -257,7 +264,4 @@ def _checkpoint(head: QueryHead, opt, step: int, log: list[dict], ckpt: Path, lo
 
 def dev_questions(cfg: TrainConfig) -> tuple[list[Passage], list[Question]]:
     """The dev split (articles disjoint from train) for choosing ℓc and hyper-parameters."""
-    passages, questions = load_squad("squad_dev")
-    _, dev_q = article_split(questions, cfg.dev_fraction)
-    titles = {q.title for q in dev_q}
-    return [p for p in passages if p.title in titles], dev_q
+    return _split(cfg)[1]
