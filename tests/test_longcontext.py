@@ -109,12 +109,14 @@ class TestRun:
     def explorer(self, tiny):
         return Explorer(tiny, untrained_head(tiny, n_ret=8, n_groups=4, chunk_layer=3, n_context=1), "untrained")
 
-    def test_keys_equal_direct_encoding(self, explorer, monkeypatch, tmp_path):
+    @pytest.mark.parametrize("depth", [0.0, 0.5, 1.0])  # gold first, inside, after the cut tail
+    def test_keys_equal_direct_encoding(self, explorer, monkeypatch, tmp_path, depth):
         monkeypatch.setenv("UNREAL_CACHE", str(tmp_path))
         monkeypatch.setattr(longcontext_eval, "BLOCK", 16)  # several blocks
         count, offsets = tokenizer_counters(explorer.backbone.tokenizer)
-        b = Builder([Item("0", "q?", ("1000",), GOLDS[0], 0.5)], build_pool(POOL_TEXTS, GOLDS, 0), count, offsets)
-        ctx = b.context(b.items[0], 1500)
+        b = Builder([Item("0", "q?", ("1000",), GOLDS[0], depth)], build_pool(POOL_TEXTS, GOLDS, 0), count, offsets)
+        ctx = b.context(b.items[0], 1400)  # 1,400 tokens: the last pool passage is cut (a tail)
+        assert ctx.tail and (ctx.gold_doc > ctx.n_pool) == (depth == 1.0)
         texts, doc_of, keys = ContextEncoder(b, explorer.backbone, explorer.head).keys(ctx)
         assert (texts, doc_of) == b.chunked(ctx)
         direct = explorer.encoded([explorer.chunk([t])[0] for t in texts])[0]

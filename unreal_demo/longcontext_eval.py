@@ -94,28 +94,19 @@ class ContextEncoder:
         return torch.cat(parts) if parts else torch.zeros(0, self.head.config.n_pool, self.backbone.hidden_size)
 
     def keys(self, ctx: Context) -> tuple[list[str], list[int], torch.Tensor]:
-        """Chunk texts, document index per chunk, and keys ``(M, L_p, d)`` of a context, in order."""
+        """Chunk texts, document index per chunk, and keys ``(M, L_p, d)`` of a context, in order.
+
+        A context is ``pool[:n_pool]`` (+ the cut tail) with the gold paragraph inserted at ``gold_doc``:
+        whole pool passages come from the shared blocks, the gold paragraph and the tail are encoded alone.
+        """
+        texts, doc_of = self.builder.chunked(ctx)
         self._extend(ctx.n_pool + 1)
-        texts, doc_of, parts = [], [], []
-        pool_run = [0, 0]  # a run of consecutive pool passages [a, b)
-
-        def flush() -> None:
-            if pool_run[1] > pool_run[0]:
-                lo, hi = self.start[pool_run[0]], self.start[pool_run[1]]
-                parts.append(self.pool_keys(lo, hi))
-            pool_run[0] = pool_run[1]
-
-        p = 0
-        for d, doc in enumerate(ctx.docs):
-            pieces = self.builder.chunks_of(doc)
-            texts += pieces
-            doc_of += [d] * len(pieces)
-            if d != ctx.gold_doc and p < ctx.n_pool:  # a whole pool passage
-                pool_run[1] = p = p + 1
-                continue
-            flush()
-            parts.append(self._encode(pieces))  # the gold paragraph or the cut tail
-        flush()
+        at = min(ctx.gold_doc, ctx.n_pool)  # pool passages before the gold one
+        gold = [self._encode(self.builder.chunks_of(ctx.docs[ctx.gold_doc]))]
+        tail = [self._encode(self.builder.chunks_of(ctx.tail))] if ctx.tail else []
+        last = ctx.gold_doc > ctx.n_pool  # the gold paragraph follows the tail
+        parts = [self.pool_keys(0, self.start[at]), *([] if last else gold),
+                 self.pool_keys(self.start[at], self.start[ctx.n_pool]), *tail, *(gold if last else [])]
         return texts, doc_of, torch.cat(parts)
 
 
