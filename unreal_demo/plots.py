@@ -69,13 +69,14 @@ def loss_curve(log: Sequence[dict], window: int = 20) -> go.Figure:
     return fig.update_layout(title="InfoNCE loss (Eq. 6)", xaxis_title="step", yaxis_title="loss", height=320)
 
 
-def metric_bars(table: pd.DataFrame, metrics: Sequence[str] = ("R@1", "R@10")) -> go.Figure:
-    """Grouped bars of retrieval metrics per method (rows of ``table``, a ``method`` column)."""
+def metric_bars(table: pd.DataFrame, metrics: Sequence[str] = ("R@1", "R@10"),
+                title: str = "held-out retrieval") -> go.Figure:
+    """Grouped bars of metrics in [0, 1] per method (rows of ``table``, a ``method`` column)."""
     fig = go.Figure()
     for m in metrics:
         if m in table:
             fig.add_bar(name=m, x=table["method"], y=table[m])
-    return fig.update_layout(barmode="group", height=320, yaxis_range=[0, 1], title="held-out retrieval")
+    return fig.update_layout(barmode="group", height=320, yaxis_range=[0, 1], title=title)
 
 
 def flops_curves(lengths: Sequence[float], full: Sequence[float], unreal: Sequence[float], n_star: float,

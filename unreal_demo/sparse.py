@@ -51,19 +51,21 @@ def sparse_scores(
     k : stored tokens retrieved per query token (exact search).
     block : stored tokens per matmul.
     """
-    store = torch.cat([t for t, _ in token_parts])  # (N, d) fp16
     owner = _owners(token_parts)
     n_chunks = int(owner.max()) + 1 if len(owner) else 0
-    k = min(k, store.shape[0])
+    k = min(k, len(owner))
     qall = torch.cat(list(queries)).float()  # (ΣT_q, d)
     best_v = torch.full((qall.shape[0], k), -float("inf"))
     best_i = torch.zeros((qall.shape[0], k), dtype=torch.long)
-    for s in range(0, store.shape[0], block):
-        sims = qall @ store[s : s + block].float().T  # (ΣT_q, b)
-        v = torch.cat([best_v, sims], 1)
-        i = torch.cat([best_i, torch.arange(s, s + sims.shape[1]).expand(qall.shape[0], -1)], 1)
-        best_v, pick = torch.topk(v, k, dim=1)
-        best_i = i.gather(1, pick)
+    base = 0
+    for store, _ in token_parts:  # streamed part by part: the store is never concatenated
+        for s in range(0, store.shape[0], block):
+            sims = qall @ store[s : s + block].float().T  # (ΣT_q, b)
+            v = torch.cat([best_v, sims], 1)
+            i = torch.cat([best_i, torch.arange(base + s, base + s + sims.shape[1]).expand(qall.shape[0], -1)], 1)
+            best_v, pick = torch.topk(v, k, dim=1)
+            best_i = i.gather(1, pick)
+        base += store.shape[0]
     out, start = torch.empty(len(queries), n_chunks), 0
     for j, qt in enumerate(queries):
         v, i = best_v[start : start + len(qt)], best_i[start : start + len(qt)]  # (T_q, k)

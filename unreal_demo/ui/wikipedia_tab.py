@@ -1,7 +1,9 @@
-"""Tab "Wikipedia": build or load a corpus index, search it with UNREAL / BM25 / hybrid, answer from the top 5."""
+"""Tab "Wikipedia": build or load a corpus index, search it with any method next to BM25, answer from the
+top 5, and the downstream QA table (the paper's Table 1 on our data)."""
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 
@@ -10,75 +12,116 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from .. import index as ix
-from ..backbone import cache_dir
+from .. import plots
 from ..data import load_corpus
 from ..generation import prompt_ids, stream_answer
-from ..pipeline import Explorer, InputError
+from ..pipeline import PRECOMPUTED, Explorer, InputError
 from .gpu import on_gpu
 
 CORPORA = {"new_wiki": "SQuAD-Shifts New-Wiki paragraphs (1,581)", "squad_dev": "SQuAD v1.1 dev paragraphs (2,067)",
-           "summaries": "Wikipedia lead summaries (10,033)", "all": "all of the above (13,681)"}
+           "summaries": "Wikipedia lead summaries (10,033)", "enwiki": "full enwiki articles (106)",
+           "all": "all of the above (13,787 passages, 20,354 chunks)"}
+TOKENS_PER_S = 590  # measured build throughput on 2 CPU cores (README, precomputed/index_all.json)
+
+
+def _hits_table(result: dict, bm25_rank: dict[int, int]) -> pd.DataFrame:
+    return pd.DataFrame([{"rank": h["rank"], "title": h["title"], "score": h["score"],
+                          "BM25 rank": bm25_rank.get(h["id"]), "passage": h["text"].strip()}
+                         for h in result["hits"]])
+
+
+def qa_panel() -> None:
+    """The precomputed downstream QA table and its EM/F1 bars."""
+    path = PRECOMPUTED / "qa.json"
+    if not path.exists():
+        gr.Markdown("No downstream QA result yet: run `python -m unreal_demo eval qa --out precomputed/qa.json`.")
+        return
+    data = json.loads(path.read_text())
+    table = pd.DataFrame([{"method": r["method"], "EM": r["em"], "F1": r["f1"][0],
+                           "F1 95% CI": f"{r['f1'][1]:.2f}–{r['f1'][2]:.2f}", "answer contained": r["contained"],
+                           f"evidence recall@{data['k']}": r["recall"], "F1 gap closed": r.get("f1_gap_closed")}
+                          for r in data["table"]])
+    gr.Markdown(f"{data['setting']}\n\n`{data['command']}`")
+    gr.Dataframe(table)
+    gr.Plot(plots.metric_bars(table, ("EM", "F1", "answer contained"), "downstream QA, same LLM, top-k from each "
+                                                                      "retriever"))
+    gr.Markdown("*What to look for:* the retrieval rows between the two bounds, no context and oracle; "
+                "“F1 gap closed” is the share of that gap each retriever closes. Evidence recall says how often "
+                "the gold paragraph was among the chunks at all.")
 
 
 def build_tab(explorer: Explorer) -> None:
     state: dict[str, ix.Index] = {}
     lock = threading.Lock()
     gr.Markdown("Exact MaxSim over every chunk of an offline Wikipedia index (Eq. 4). The index stores chunk "
-                "states at ℓc only, so it does not depend on the trained head. Building encodes every chunk "
-                "once (about 650 tokens/s on 2 CPU cores: New-Wiki ≈ 6 min, all ≈ 45 min) and resumes if stopped.")
+                "states at ℓc only, so it does not depend on the trained head. Building encodes every chunk once "
+                f"(about {TOKENS_PER_S} tokens/s on 2 CPU cores: New-Wiki ≈ 6 min, all ≈ 65 min) and resumes if "
+                "stopped; `python -m unreal_demo index build --corpus all --token-states` builds the same folder.")
     with gr.Row():
-        corpus = gr.Dropdown(list(CORPORA), value="new_wiki", label="corpus", info="; ".join(
+        corpus = gr.Dropdown(list(CORPORA), value="all", label="corpus", info="; ".join(
             f"{k}: {v}" for k, v in CORPORA.items()))
         load = gr.Button("Build or load index")
         status = gr.Markdown()
     with gr.Row():
         query = gr.Textbox(label="Query", scale=3)
         k = gr.Slider(1, 50, value=10, step=1, label="k")
-        method = gr.Radio(["unreal", "bm25", "hybrid"], value="unreal", label="method")
+        method = gr.Radio(list(ix.METHODS), value="unreal", label="method")
         go_btn = gr.Button("Search", variant="primary")
     chart = gr.Plot()
     gr.Markdown("*What to look for:* a large gap between the first hit and the rest marks a confident match; "
-                "compare the BM25 rank column to see where UNREAL and lexical matching disagree.")
-    table = gr.Dataframe(wrap=True)
+                "the BM25 rank column and the BM25 table beside show where the method and lexical matching "
+                "disagree.")
+    with gr.Row():
+        table = gr.Dataframe(wrap=True, label="chosen method")
+        bm25_table = gr.Dataframe(wrap=True, label="BM25, same query")
     answer_btn = gr.Button("Answer from the top 5")
     answer = gr.Textbox(label="Answer (streamed)", lines=3)
-
-    def folder(name: str):
-        c = explorer.head.config
-        return cache_dir() / "indexes" / f"{explorer.backbone.name.replace('/', '_')}-l{c.chunk_layer}-{name}"
+    with gr.Accordion("Downstream QA: each retriever's top-5, same LLM (the paper's Table 1)", open=False):
+        qa_panel()
 
     def open_index(name: str, progress=gr.Progress()):  # noqa: B008 (Gradio's idiom)
-        path = folder(name)
+        if name not in CORPORA:
+            raise gr.Error(f"unknown corpus {name!r}")
+        path = ix.default_folder(explorer, name)
         with lock:
             try:
                 state[name] = ix.Index(path, verify=False)
-                return f"loaded {state[name].manifest['chunks']:,} chunks from `{path}`"
+                return f"loaded {len(state[name]):,} chunks from `{path}`"
             except ix.IndexStoreError:
                 pass
             t0 = time.perf_counter()
             c = explorer.head.config
-            ix.build_index(path, explorer.backbone, load_corpus([name]), c.chunk_layer, c.n_pool,
-                           progress=lambda d, t: progress(d / t, desc=f"encoding chunks {d:,}/{t:,}"))
-            state[name] = ix.Index(path)
-        return f"built {state[name].manifest['chunks']:,} chunks in {time.perf_counter() - t0:.0f} s at `{path}`"
+            passages = load_corpus([name])
+            tokens = sum(len(p.text) for p in passages) / 4.2  # ≈ characters per token of English text
+            progress(0, desc=f"building: about {tokens / TOKENS_PER_S / 60:.0f} min on 2 CPU cores")
 
-    def do_search(q: str, k_: float, m: str, name: str = "new_wiki"):
+            def report(done: int, total: int) -> None:
+                left = (time.perf_counter() - t0) / max(done, 1) * (total - done)
+                progress(done / total, desc=f"encoding chunks {done:,}/{total:,}, about {left / 60:.0f} min left")
+
+            ix.build_index(path, explorer.backbone, passages, c.chunk_layer, c.n_pool, dense=True, progress=report)
+            state[name] = ix.Index(path)
+        return f"built {len(state[name]):,} chunks in {time.perf_counter() - t0:.0f} s at `{path}`"
+
+    def do_search(q: str, k_: float, m: str, name: str = "all"):
         if not q or not q.strip():
             raise gr.Error("the query is empty")
         if name not in state:
             raise gr.Error(f"no index loaded for {name}: press 'Build or load index' first")
         try:
-            result = ix.search(state[name], explorer, q, int(k_), m)
+            k_ = max(1, min(int(k_), 100))
+            result = ix.search(state[name], explorer, q, k_, m)
+            bm25 = ix.search(state[name], explorer, q, 100, "bm25")
         except (ix.IndexStoreError, InputError, ValueError) as exc:
             raise gr.Error(str(exc)) from None
-        bm25_rank = {h["id"]: h["rank"] for h in ix.search(state[name], explorer, q, 100, "bm25")["hits"]}
-        rows = [{"rank": h["rank"], "title": h["title"], "score": h["score"], "BM25 rank": bm25_rank.get(h["id"]),
-                 "passage": h["text"].strip()} for h in result["hits"]]
+        bm25_rank = {h["id"]: h["rank"] for h in bm25["hits"]}
         fig = go.Figure(go.Bar(x=[f"{h['rank']}. {h['title'][:24]}" for h in result["hits"]],
                                y=[h["score"] for h in result["hits"]], marker_color="#e4572e"))
-        fig.update_layout(title=f"top {len(rows)} by {m} — query {result['timings'].get('query_encoding', 0):.2f} s,"
-                                f" scan {result['timings'].get('scan', 0):.3f} s", height=300)
-        return fig, pd.DataFrame(rows)
+        t = result["timings"]
+        fig.update_layout(title=f"top {len(result['hits'])} by {m} — query {t.get('query_encoding', 0):.2f} s, "
+                                f"scan {t.get('scan', 0):.3f} s", height=300)
+        bm25["hits"] = bm25["hits"][:k_]
+        return fig, _hits_table(result, bm25_rank), _hits_table(bm25, bm25_rank).drop(columns=["BM25 rank"])
 
     def do_answer(q: str, rows: pd.DataFrame):
         if rows is None or len(rows) == 0:
@@ -88,5 +131,5 @@ def build_tab(explorer: Explorer) -> None:
             yield gen.text
 
     load.click(open_index, corpus, status, api_name=False)
-    go_btn.click(on_gpu(do_search), [query, k, method, corpus], [chart, table], api_name="search")
+    go_btn.click(on_gpu(do_search), [query, k, method, corpus], [chart, table, bm25_table], api_name="search")
     answer_btn.click(on_gpu(do_answer), [query, table], answer, api_name=False)
