@@ -74,3 +74,27 @@ def test_corpus_scorer_methods_on_tiny_model(tiny, monkeypatch, tmp_path):
         s = getattr(scorer, f"{method}_scores")(queries)
         assert s.shape == (2, 4), method
     assert int(scorer.bm25_scores(queries)[0].argmax()) == 0
+
+
+def test_index_retrieval_eval_counts_any_chunk_of_the_gold_paragraph(tmp_path, tiny, monkeypatch):
+    from unreal_demo import evaluation
+    from unreal_demo import index as idx
+    from unreal_demo.data import Passage, Question
+    from unreal_demo.head import untrained_head
+    from unreal_demo.pipeline import Explorer
+
+    passages = [Passage(f"p{i}", f"T{i}", f"Item {i} weighs {i * 3} kilograms. " * (1 + 8 * (i % 2)), "t")
+                for i in range(10)]
+    qs = [Question(f"q{i}", f"item {i} weighs", ("x",), f"p{i}", f"T{i}") for i in range(10)]
+    monkeypatch.setattr(evaluation, "load_squad", lambda name: (passages, qs))
+    explorer = Explorer(tiny, untrained_head(tiny, n_ret=4, n_groups=2, chunk_layer=3, n_context=1), "untrained")
+    idx.build_index(tmp_path / "ix", tiny, passages, layer=3, shard_size=4, target=40)
+    ix = idx.Index(tmp_path / "ix")
+    assert len(ix) > len(passages)  # long paragraphs span several chunks
+    result = evaluation.run_index_retrieval_eval(explorer, ix, sample=10, methods=["bm25", "unreal"], seed=0)
+    order = evaluation.random.Random(0).sample(qs, 10)  # the eval's seeded sample
+    ranked = idx.retrieve(ix, explorer, [q.text for q in order], 20, "bm25")[0]
+    gold = [{i for i, c in enumerate(ix.chunks) if c["passage"] == q.passage_id} for q in order]
+    for k in (1, 5, 10):
+        assert result["table"][0][f"R@{k}"] == round(evaluation.recall_at_k(ranked, gold, k), 4)
+    assert [r["key"] for r in result["table"]] == ["bm25", "unreal"] and result["table"][1]["n"] == 10

@@ -163,3 +163,36 @@ def test_two_process_accelerate_build_equals_one_process(tmp_path):
         for name in s["files"]:
             assert np.allclose(np.load(tmp_path / "two" / name), np.load(tmp_path / "one" / name), atol=1e-3)
     assert len(idx.Index(tmp_path / "two")) == len(PASSAGES)
+
+
+SHARDED = """
+import sys, torch, torch.distributed as dist
+from unreal_demo.index import Index, sharded_maxsim_topk
+dist.init_process_group("gloo")
+ix, q = Index(sys.argv[1]), torch.load(sys.argv[2])
+scores, ids = sharded_maxsim_topk(ix, q, int(sys.argv[3]))
+if dist.get_rank() == 0:
+    torch.save((scores, ids), sys.argv[4])
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.parametrize("k", [4, 40])  # k above the chunks one process holds, and above all chunks
+def test_sharded_scan_over_two_processes_equals_one(tmp_path, tiny, k):
+    import os
+    import subprocess
+    import sys
+
+    build(tmp_path, tiny)
+    ix = idx.Index(tmp_path / "ix")
+    q = torch.nn.functional.normalize(torch.randn(3, 2, 32), dim=-1)
+    torch.save(q, tmp_path / "q.pt")
+    (tmp_path / "run.py").write_text(SHARDED)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29518",
+           str(tmp_path / "run.py"), str(tmp_path / "ix"), str(tmp_path / "q.pt"), str(k), str(tmp_path / "o.pt")]
+    run = subprocess.run(cmd, env=os.environ | {"OMP_NUM_THREADS": "1", "PYTHONPATH": os.getcwd()},
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    scores, ids = torch.load(tmp_path / "o.pt")
+    ref_s, ref_i = ix.maxsim_topk(q, k)
+    assert torch.allclose(scores, ref_s, atol=1e-5) and torch.equal(ids, ref_i)

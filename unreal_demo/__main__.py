@@ -82,6 +82,17 @@ def _eval(args: argparse.Namespace) -> None:
         bar.close()
         print(json.dumps(result) if args.json else result["markdown"])
         return
+    if args.corpus == "index":
+        from . import index
+        from .evaluation import run_index_retrieval_eval
+        from .pipeline import Explorer
+
+        explorer = Explorer.load(args.model, head=args.head)
+        ix = index.Index(args.index or index.default_folder(explorer, "all"), verify=False)
+        methods = args.methods.split(",") if args.methods else ["bm25", "dense", "sparse", "unreal", "hybrid"]
+        result = run_index_retrieval_eval(explorer, ix, args.sample, methods, args.seed, args.out)
+        print(json.dumps(result) if args.json else result["markdown"])
+        return
     from .evaluation import run_retrieval_eval
 
     methods = args.methods or "bm25,dense,untrained,sparse,unreal,hybrid_rrf,hybrid_fused"
@@ -212,11 +223,13 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--methods", default=None, help="retrieval: bm25,dense,untrained,sparse,unreal,hybrid_rrf,"
                     "hybrid_fused (default all); qa: none,oracle,bm25,dense,sparse,hybrid,unreal (default all)")
     ev.add_argument("--k", type=int, default=5, help="qa: chunks retrieved per question")
-    ev.add_argument("--index", default=None, help="qa: index folder (default: the full offline index)")
+    ev.add_argument("--index", default=None, help="qa, retrieval --corpus index: index folder (default: the "
+                    "full offline index)")
     ev.add_argument("--out", default=None, help="write the JSON result here")
     ev.add_argument("--seed", type=int, default=0)
-    ev.add_argument("--corpus", choices=["full", "new_wiki"], default="full",
-                    help="retrieval: New-Wiki + 10,033 summaries (full) or the New-Wiki paragraphs alone")
+    ev.add_argument("--corpus", choices=["full", "new_wiki", "index"], default="full",
+                    help="retrieval: New-Wiki + 10,033 summaries (full), the New-Wiki paragraphs alone, or the "
+                         "chunks of a built index (--index, default the full offline index)")
     ev.add_argument("--steps", type=int, default=60, help="ablations: training steps per variant")
     ev.add_argument("--only", default=None, help="ablations: comma list of name fragments to run")
     ev.add_argument("--json", action="store_true")

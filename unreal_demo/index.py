@@ -253,27 +253,28 @@ class Index:
         ids, scores = self.bm25().retrieve(BM25._tokenize(list(queries)), k=min(k, len(self)), show_progress=False)
         return torch.as_tensor(scores, dtype=torch.float32), torch.as_tensor(ids, dtype=torch.long)
 
-    def _stream_topk(self, k: int, b: int, score: Callable[[dict], torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    def _stream_topk(self, k: int, b: int, score: Callable[[dict], torch.Tensor],
+                     shards: Sequence[int] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         k = min(k, len(self))
         best_s = torch.full((b, k), -float("inf"))
         best_i = torch.zeros((b, k), dtype=torch.long)
-        base = 0
-        for shard in self.shards:
-            scores = score(shard)  # (B, n)
-            ids = torch.arange(base, base + scores.shape[1]).expand(b, -1)
+        starts = np.cumsum([0] + [e["n"] for e in self.manifest["shards"]])
+        for n in range(len(self.shards)) if shards is None else shards:
+            scores = score(self.shards[n])  # (B, n)
+            ids = torch.arange(int(starts[n]), int(starts[n]) + scores.shape[1]).expand(b, -1)
             best_s, pick = torch.topk(torch.cat([best_s, scores], 1), k, dim=1)
             best_i = torch.cat([best_i, ids], 1).gather(1, pick)
-            base += scores.shape[1]
         return best_s, best_i
 
-    def maxsim_topk(self, q: torch.Tensor, k: int, normalize: bool = True,
-                    block: int = 256) -> tuple[torch.Tensor, torch.Tensor]:
+    def maxsim_topk(self, q: torch.Tensor, k: int, normalize: bool = True, block: int = 256,
+                    shards: Sequence[int] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """Exact MaxSim over every chunk, shard by shard (:func:`maxsim.maxsim`), with a running top-k merge.
 
         Parameters
         ----------
         q : ``(B, G, d)`` query vectors.
         k : hits per query (clamped to the number of chunks).
+        shards : scan only these shards (one process's part of a sharded scan); all by default.
 
         Returns
         -------
@@ -284,7 +285,7 @@ class Index:
             return maxsim(q, torch.from_numpy(shard["keys"]), block, normalize,
                           None if scale is None else torch.from_numpy(scale))
 
-        return self._stream_topk(k, q.shape[0], score)
+        return self._stream_topk(k, q.shape[0], score, shards)
 
     def _need(self, role: str, flag: str) -> None:
         if not self.manifest.get(role):
@@ -308,6 +309,23 @@ class Index:
         means = torch.cat([_dequantize(sh).mean(1) for sh in self.shards])  # (M, d)
         fused = sparse.fuse(local, sparse.pooled_scores(query_tokens, means), alpha)
         return torch.topk(fused, min(k, len(self)), dim=1)
+
+
+def sharded_maxsim_topk(index: Index, q: torch.Tensor, k: int, normalize: bool = True) -> tuple[torch.Tensor,
+                                                                                                 torch.Tensor]:
+    """Exact MaxSim top-k split across the processes of a ``torch.distributed`` group (``torchrun``,
+    ``accelerate launch``): process r scans the shards n ≡ r (mod P) — the shards it built — and the P
+    local top-k lists are all-gathered and merged. Equal to :meth:`Index.maxsim_topk` on one process.
+    """
+    import torch.distributed as dist
+
+    rank, world = dist.get_rank(), dist.get_world_size()
+    scores, ids = index.maxsim_topk(q, k, normalize, shards=range(rank, len(index.shards), world))  # (B, k)
+    all_s, all_i = [torch.empty_like(scores) for _ in range(world)], [torch.empty_like(ids) for _ in range(world)]
+    dist.all_gather(all_s, scores)
+    dist.all_gather(all_i, ids)
+    best, pick = torch.cat(all_s, 1).topk(scores.shape[1], dim=1)
+    return best, torch.cat(all_i, 1).gather(1, pick)
 
 
 METHODS = ("unreal", "bm25", "hybrid", "dense", "sparse")

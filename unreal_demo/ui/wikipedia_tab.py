@@ -99,8 +99,15 @@ def build_tab(explorer: Explorer) -> None:
                 left = (time.perf_counter() - t0) / max(done, 1) * (total - done)
                 progress(done / total, desc=f"encoding chunks {done:,}/{total:,}, about {left / 60:.0f} min left")
 
-            ix.build_index(path, explorer.backbone, passages, c.chunk_layer, c.n_pool, dense=True, progress=report)
-            state[name] = ix.Index(path)
+            started = path / "manifest.json"  # resume a build with the settings it was started with
+            m = json.loads(started.read_text()) if started.exists() else {}
+            try:
+                ix.build_index(path, explorer.backbone, passages, c.chunk_layer, c.n_pool, m.get("dtype", "fp16"),
+                               m.get("shard_size", 1024), progress=report, dense=m.get("dense", True),
+                               token_states=m.get("token_states", False))
+                state[name] = ix.Index(path)
+            except ix.IndexStoreError as exc:
+                raise gr.Error(str(exc)) from None
         return f"built {len(state[name]):,} chunks in {time.perf_counter() - t0:.0f} s at `{path}`"
 
     def do_search(q: str, k_: float, m: str, name: str = "all"):
