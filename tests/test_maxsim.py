@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from unreal_demo.maxsim import maxsim, maxsim_reference
+from unreal_demo.maxsim import inverse_norms, maxsim, maxsim_reference
 
 
 def loop_maxsim(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
@@ -32,6 +32,23 @@ class TestMaxSim:
         got = maxsim(q, k, block=16)
         assert got.shape == (50,) and got.dtype == torch.float32
         assert torch.allclose(got, maxsim_reference(q[None], k.float())[0], atol=1e-3)
+
+    def test_normalized_scan_scales_similarities_not_keys(self):
+        """normalize=True (per block, or with precomputed 1/‖k‖) equals scoring L2-normalised keys, for fp16
+        and for int8 (whose scale cancels)."""
+        from unreal_demo.index import quantize_int8
+
+        torch.manual_seed(3)
+        q, k = torch.randn(2, 4, 24), torch.randn(300, 7, 24) * torch.rand(300, 7, 1) * 5
+        ref = maxsim_reference(q, torch.nn.functional.normalize(k, dim=-1))
+        kh = k.half()
+        assert torch.allclose(maxsim(q, kh, 64, normalize=True), ref, atol=2e-3)
+        assert torch.allclose(maxsim(q, kh, 64, normalize=True, inv_norm=inverse_norms(kh, 50)), ref, atol=2e-3)
+        qi, scale = (torch.from_numpy(a) for a in quantize_int8(k.numpy()))
+        ref_i = maxsim_reference(q, torch.nn.functional.normalize(qi.float() * scale.float()[..., None], dim=-1))
+        assert torch.allclose(maxsim(q, qi, 64, normalize=True, scale=scale), ref_i, atol=1e-4)
+        assert torch.allclose(maxsim(q, qi, 64, True, scale, inverse_norms(qi)), ref_i, atol=1e-4)
+        assert torch.allclose(ref_i, ref, atol=0.1)  # int8 stays close to the fp32 scores
 
 
 def test_sparse_token_matching_against_a_loop():

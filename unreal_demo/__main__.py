@@ -153,14 +153,14 @@ def _index(args: argparse.Namespace) -> None:
         raise InputError("index build needs --out DIR")
     if args.action == "search" and not args.index:
         raise InputError("index search needs --index DIR")
-    explorer = Explorer.load(args.model, head=args.head)
     if args.action == "build":
         from accelerate import PartialState
         from tqdm import tqdm
 
         from .data import load_corpus
 
-        state = PartialState(cpu=args.cpu)
+        state = PartialState(cpu=args.cpu)  # under accelerate launch: this process's rank and device
+        explorer = Explorer.load(args.model, head=args.head, device=str(state.device))
         passages = load_corpus(args.corpus)
         c = explorer.head.config
         bar = tqdm(desc=f"index build (process {state.process_index + 1}/{state.num_processes})", unit="chunk",
@@ -174,6 +174,7 @@ def _index(args: argparse.Namespace) -> None:
             summary = {k: v for k, v in manifest.items() if k != "shards"}
             print(json.dumps(summary | {"shards": len(manifest["shards"])}))
         return
+    explorer = Explorer.load(args.model, head=args.head)
     result = index.search(index.Index(args.index), explorer, args.query, args.k, args.method)
     if args.json:
         print(json.dumps(result))

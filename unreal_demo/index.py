@@ -34,7 +34,7 @@ from .backbone import Backbone
 from .chunking import chunk_documents, tokenizer_counters
 from .data import Passage, sha256_file
 from .encoding import encode_chunks
-from .maxsim import maxsim
+from .maxsim import inverse_norms, maxsim
 from .selection import BM25
 
 
@@ -213,7 +213,7 @@ class Index:
             done = len(list(self.folder.glob("shard_*.json")))
             raise IndexStoreError(f"{self.folder}: build incomplete ({done}/{n_shards} shards); "
                                   "run the build again to resume")
-        self.shards: list[dict[str, np.ndarray]] = []  # per shard: keys, and scale / tokens / lengths / dense
+        self.shards: list[dict] = []  # per shard: keys, and scale / tokens / lengths / dense
         for entry in self.manifest["shards"]:
             arrays = {}
             for name, digest in entry["files"].items():
@@ -281,9 +281,11 @@ class Index:
         scores ``(B, k)`` and chunk ids ``(B, k)``, best first.
         """
         def score(shard: dict) -> torch.Tensor:
-            scale = shard.get("scale")
-            return maxsim(q, torch.from_numpy(shard["keys"]), block, normalize,
-                          None if scale is None else torch.from_numpy(scale))
+            keys, scale = torch.from_numpy(shard["keys"]), shard.get("scale")
+            if normalize and "inv_norm" not in shard:
+                shard["inv_norm"] = inverse_norms(keys)  # (n, L_p), once per opened index
+            return maxsim(q, keys, block, normalize, None if scale is None else torch.from_numpy(scale),
+                          shard.get("inv_norm"))
 
         return self._stream_topk(k, q.shape[0], score, shards)
 

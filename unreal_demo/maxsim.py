@@ -30,7 +30,7 @@ def maxsim_reference(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
 
 
 def maxsim(q: torch.Tensor, k: torch.Tensor, block: int = 256, normalize: bool = False,
-           scale: torch.Tensor | None = None) -> torch.Tensor:
+           scale: torch.Tensor | None = None, inv_norm: torch.Tensor | None = None) -> torch.Tensor:
     """Exact MaxSim scores ``(B, M)``, computed ``block`` chunks at a time.
 
     Parameters
@@ -39,8 +39,12 @@ def maxsim(q: torch.Tensor, k: torch.Tensor, block: int = 256, normalize: bool =
     k : ``(M, L_p, d)`` pooled chunk vectors, any float dtype or int8 (converted per block, so a
         memory-mapped fp16/int8 store is read once and its fp32 copy of one block stays in cache).
     block : chunks per matmul.
-    normalize : L2-normalise each chunk vector inside the scan (for stores kept unnormalised).
+    normalize : score against L2-normalised chunk vectors. Since ⟨q, k/‖k‖⟩ = ⟨q, k⟩/‖k‖, the scan scales
+        the (B, G, m_b, L_p) similarities by 1/‖k‖ instead of rewriting the (m_b, L_p, d) block; for an
+        int8 store the per-vector scale cancels.
     scale : ``(M, L_p)`` per-vector scales of an int8 store (``k ≈ k_int8 · scale``).
+    inv_norm : ``(M, L_p)`` precomputed 1/‖k‖ of the vectors as stored (used when ``normalize``;
+        computed per block otherwise).
 
     Returns
     -------
@@ -57,13 +61,20 @@ def maxsim(q: torch.Tensor, k: torch.Tensor, block: int = 256, normalize: bool =
     out = torch.empty(b, m, device=k.device)
     for s in range(0, m, block):
         kb = k[s : s + block].float()  # (m_b, L_p, d)
-        if scale is not None:
-            kb = kb * scale[s : s + block].float().unsqueeze(-1)
-        if normalize:
-            kb = torch.nn.functional.normalize(kb, dim=-1)
         sim = (qf @ kb.reshape(-1, d).T).view(b, g, -1, p)  # (B, G, m_b, L_p)
+        if normalize:
+            sim = sim * (inv_norm[s : s + block].float() if inv_norm is not None else
+                         1.0 / torch.linalg.vector_norm(kb, dim=-1).clamp_min(1e-12))  # (m_b, L_p)
+        elif scale is not None:
+            sim = sim * scale[s : s + block].float()
         out[:, s : s + block] = sim.amax(-1).sum(1)
     return out[0] if single else out
+
+
+def inverse_norms(k: torch.Tensor, block: int = 4096) -> torch.Tensor:
+    """``(M, L_p)`` 1/‖k‖ of every stored vector (fp16/int8 converted a block at a time), for :func:`maxsim`."""
+    return torch.cat([1.0 / torch.linalg.vector_norm(k[s : s + block].float(), dim=-1).clamp_min(1e-12)
+                      for s in range(0, len(k), block)]) if len(k) else torch.zeros(0, k.shape[1])
 
 
 @functools.cache
