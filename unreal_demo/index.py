@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -224,6 +225,7 @@ class Index:
             self.shards.append(arrays)
         self._chunks: list[dict] | None = None
         self._bm25 = None
+        self._pool: ThreadPoolExecutor | None = None
 
     def __len__(self) -> int:
         return self.manifest["chunks"]
@@ -259,16 +261,26 @@ class Index:
         best_s = torch.full((b, k), -float("inf"))
         best_i = torch.zeros((b, k), dtype=torch.long)
         starts = np.cumsum([0] + [e["n"] for e in self.manifest["shards"]])
-        for n in range(len(self.shards)) if shards is None else shards:
-            scores = score(self.shards[n])  # (B, n)
-            ids = torch.arange(int(starts[n]), int(starts[n]) + scores.shape[1]).expand(b, -1)
-            best_s, pick = torch.topk(torch.cat([best_s, scores], 1), k, dim=1)
-            best_i = torch.cat([best_i, ids], 1).gather(1, pick)
+        order = list(range(len(self.shards)) if shards is None else shards)
+        workers = max(1, min(torch.get_num_threads(), len(order)))
+        if self._pool is None and workers > 1:
+            self._pool = ThreadPoolExecutor(workers)  # torch ops release the GIL: shards scan in parallel
+        for w in range(0, len(order), workers):  # a window of shards at a time: memory stays bounded
+            window = order[w : w + workers]
+            parts = (self._pool.map(lambda n: score(self.shards[n]), window) if workers > 1
+                     else [score(self.shards[n]) for n in window])
+            for n, scores in zip(window, parts, strict=True):  # (B, n) each
+                ids = torch.arange(int(starts[n]), int(starts[n]) + scores.shape[1]).expand(b, -1)
+                best_s, pick = torch.topk(torch.cat([best_s, scores], 1), k, dim=1)
+                best_i = torch.cat([best_i, ids], 1).gather(1, pick)
         return best_s, best_i
 
-    def maxsim_topk(self, q: torch.Tensor, k: int, normalize: bool = True, block: int = 256,
+    def maxsim_topk(self, q: torch.Tensor, k: int, normalize: bool = True, block: int = 128,
                     shards: Sequence[int] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """Exact MaxSim over every chunk, shard by shard (:func:`maxsim.maxsim`), with a running top-k merge.
+
+        Shards are scored ``torch.get_num_threads()`` at a time by worker threads (the skinny per-block
+        matmuls gain more from one shard per core than from intra-op threads), then merged in order.
 
         Parameters
         ----------

@@ -26,7 +26,8 @@ def build_tab(explorer: Explorer) -> None:
         gr.Markdown("*What to look for:* the loss (smoothed) against ln |B(x)|, the loss of a uniform guess over "
                     "the candidates; a curve still falling at the end means more steps would help.")
     for name, title in (("eval_retrieval_newwiki.json", "Held-out retrieval, New-Wiki paragraphs"),
-                        ("eval_retrieval.json", "Held-out retrieval, New-Wiki + 10,033 summaries")):
+                        ("eval_retrieval.json", "Held-out retrieval, New-Wiki + 10,033 summaries"),
+                        ("eval_retrieval_index.json", "Held-out retrieval against the full offline index (chunks)")):
         result = PRECOMPUTED / name
         if result.exists():
             data = json.loads(result.read_text())
