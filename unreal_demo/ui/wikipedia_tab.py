@@ -21,7 +21,7 @@ from .gpu import on_gpu
 CORPORA = {"new_wiki": "SQuAD-Shifts New-Wiki paragraphs (1,581)", "squad_dev": "SQuAD v1.1 dev paragraphs (2,067)",
            "summaries": "Wikipedia lead summaries (10,033)", "enwiki": "full enwiki articles (106)",
            "all": "all of the above (13,787 passages, 20,354 chunks)"}
-TOKENS_PER_S = 590  # measured build throughput on 2 CPU cores (README, precomputed/index_all.json)
+TOKENS_PER_S = 576  # measured build path on 2 CPU cores (precomputed/bench_index.json)
 
 
 def _hits_table(result: dict, bm25_rank: dict[int, int]) -> pd.DataFrame:
@@ -55,7 +55,7 @@ def build_tab(explorer: Explorer) -> None:
     lock = threading.Lock()
     gr.Markdown("Exact MaxSim over every chunk of an offline Wikipedia index (Eq. 4). The index stores chunk "
                 "states at ℓc only, so it does not depend on the trained head. Building encodes every chunk once "
-                f"(about {TOKENS_PER_S} tokens/s on 2 CPU cores: New-Wiki ≈ 6 min, all ≈ 65 min) and resumes if "
+                f"(about {TOKENS_PER_S} tokens/s on 2 CPU cores: New-Wiki ≈ 6 min, all ≈ 70–80 min) and resumes if "
                 "stopped; `python -m unreal_demo index build --corpus all --token-states` builds the same folder.")
     with gr.Row():
         corpus = gr.Dropdown(list(CORPORA), value="all", label="corpus", info="; ".join(
