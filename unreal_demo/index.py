@@ -159,10 +159,10 @@ def build_index(
             from .dense import embed
 
             files[f"dense_{n:05d}.npy"] = embed([c.text for c in part]).half().numpy()  # (n, 384)
-        record = {"n": len(part), "tokens": sum(c.tokens for c in part), "process": state.process_index,
-                  "seconds": 0.0, "files": {name: _save(out, name, arr) for name, arr in files.items()}}
-        record["seconds"] = round(time.perf_counter() - t0, 3)
-        _write_json(out / f"shard_{n:05d}.json", record)
+        saved = {name: _save(out, name, arr) for name, arr in files.items()}
+        _write_json(out / f"shard_{n:05d}.json", {"n": len(part), "tokens": sum(c.tokens for c in part),
+                                                  "process": state.process_index,
+                                                  "seconds": round(time.perf_counter() - t0, 3), "files": saved})
         done += len(part)
     state.wait_for_everyone()
     manifest = json.loads(manifest_path.read_text())

@@ -54,7 +54,7 @@ def template_hash(backbone, ids: list[int], passages: Sequence[str]) -> str:
     context = "\n\n".join(p.strip() for p in passages if p.strip())
     if context:
         if context not in text:
-            raise AssertionError("the passages are not in the prompt verbatim")
+            raise RuntimeError("the passages are not in the prompt verbatim: the template hash would be wrong")
         text = text.replace(context, PLACEHOLDER)
     return hashlib.sha1(text.encode()).hexdigest()
 
