@@ -43,6 +43,11 @@ LABELS = {"none": "no context (question alone)", "oracle": "oracle (gold paragra
 PLACEHOLDER = "\x00PASSAGES\x00"
 
 
+def answer_cache() -> AnswerCache:
+    """The QA answers, cached by prompt in ``<cache>/qa/answers.jsonl``."""
+    return AnswerCache(cache_dir() / "qa" / "answers.jsonl")
+
+
 def gap_closed(score: float, none: float, oracle: float) -> float | None:
     """Share of the no-context → oracle gap a method closes: ``(s − none) / (oracle − none)``."""
     return None if oracle == none else round((score - none) / (oracle - none), 4)
@@ -82,7 +87,7 @@ def run_method(index: Index, explorer, method: str, qs: Sequence[Question], gold
     path = cache_dir() / "qa" / f"{method}-{_key(index, explorer, method, qs, k)}.json"
     if path.exists():
         return json.loads(path.read_text())
-    answers = answers or AnswerCache(cache_dir() / "qa" / "answers.jsonl")
+    answers = answers or answer_cache()
     chunks, t0 = index.chunks, time.perf_counter()
     if method in ("none", "oracle"):
         picked: list[list[int]] = [[] for _ in qs]
@@ -149,7 +154,7 @@ def run_qa_eval(explorer, index: Index, sample: int = 100, methods: Sequence[str
     """Every method on the same questions; the summary table (and the rows) as a dict."""
     index.check_backbone(explorer.backbone, explorer.head.config.chunk_layer)
     qs, gold_text = questions(sample, seed)
-    answers = AnswerCache(cache_dir() / "qa" / "answers.jsonl")
+    answers = answer_cache()
     results = [run_method(index, explorer, m, qs, gold_text, k, answers,
                           None if progress is None else (lambda d, t, m=m: progress(m, d, t))) for m in methods]
     table = summarize(results)
