@@ -174,11 +174,16 @@ def held_out(sample: int, seed: int, corpus_name: str = "full") -> tuple[list[Pa
     """Corpus (New-Wiki, plus the summaries for ``"full"``), a seeded sample of New-Wiki questions, gold indices."""
     if corpus_name not in CORPORA:
         raise ValueError(f"unknown corpus {corpus_name!r}; use {' or '.join(CORPORA)}")
-    new_wiki, questions = load_squad("new_wiki")
+    new_wiki, qs = sample_questions(sample, seed)
     corpus = new_wiki + (load_summaries() if corpus_name == "full" else [])
     where = {p.id: i for i, p in enumerate(corpus)}
-    qs = random.Random(seed).sample(questions, min(sample, len(questions)))
     return corpus, qs, [{where[q.passage_id]} for q in qs]
+
+
+def sample_questions(sample: int, seed: int) -> tuple[list[Passage], list]:
+    """The New-Wiki paragraphs and a seeded sample of its questions: the one held-out draw every eval uses."""
+    new_wiki, questions = load_squad("new_wiki")
+    return new_wiki, random.Random(seed).sample(questions, min(sample, len(questions)))
 
 
 def run_retrieval_eval(sample: int = 500, methods: Sequence[str] = ("bm25", "dense", "untrained", "unreal"),
@@ -244,8 +249,7 @@ def run_index_retrieval_eval(explorer, index, sample: int = 1000,
     from .index import retrieve
 
     index.check_backbone(explorer.backbone, explorer.head.config.chunk_layer)
-    _, questions = load_squad("new_wiki")
-    qs = random.Random(seed).sample(questions, min(sample, len(questions)))
+    _, qs = sample_questions(sample, seed)
     by_passage: dict[str, set[int]] = {}
     for i, c in enumerate(index.chunks):
         by_passage.setdefault(c["passage"], set()).add(i)

@@ -22,15 +22,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-import random
 import statistics
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from .backbone import cache_dir
-from .data import Question, load_squad
-from .evaluation import mean_ci, wilson
+from .data import Question
+from .evaluation import mean_ci, sample_questions, wilson
 from .generation import prompt_ids
 from .index import Index, retrieve
 from .longcontext_eval import MAX_NEW_TOKENS, AnswerCache
@@ -66,8 +65,8 @@ def template_hash(backbone, ids: list[int], passages: Sequence[str]) -> str:
 
 def questions(sample: int, seed: int) -> tuple[list[Question], dict[str, str]]:
     """A seeded sample of held-out New-Wiki questions and the gold paragraph text by passage id."""
-    passages, qs = load_squad("new_wiki")
-    return random.Random(seed).sample(qs, min(sample, len(qs))), {p.id: p.text for p in passages}
+    passages, qs = sample_questions(sample, seed)
+    return qs, {p.id: p.text for p in passages}
 
 
 def _key(index: Index, explorer, method: str, qs: Sequence[Question], k: int) -> str:
