@@ -1,4 +1,4 @@
-"""Rebuild the app's ready examples from offline text: ``PYTHONPATH=. python assets/build_examples.py``.
+"""Rebuild the app's ready examples from offline text: ``python assets/build_examples.py``.
 
 1. needle: a one-sentence fact planted at 60% depth of a ~6,000-token haystack of Paul Graham essays.
 2. wikipedia: the full SQuAD v1.1 dev article on Nikola Tesla (all its paragraphs, in order).

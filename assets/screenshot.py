@@ -1,6 +1,6 @@
 """Take the README screenshot: start the app, run the needle example, capture the Long document tab.
 
-    PYTHONPATH=. python assets/screenshot.py   (needs `pip install playwright` and Debian's chromium)
+    python assets/screenshot.py   (needs `pip install playwright` and Debian's chromium)
 """
 
 import subprocess

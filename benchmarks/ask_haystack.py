@@ -1,6 +1,6 @@
 """Time ``ask`` on the ~6,000-token needle haystack for every method, in one run (medians of --reps).
 
-    PYTHONPATH=. python benchmarks/ask_haystack.py [--reps 3] [--out precomputed/ask_haystack.json]
+    python benchmarks/ask_haystack.py [--reps 3] [--out precomputed/ask_haystack.json]
 
 Each repetition encodes the document afresh (the encoding cache is cleared). Prints encode, retrieval,
 prefill, time to first token and total per method, and UNREAL's first-token time as a ratio of full context's.
@@ -47,7 +47,7 @@ def main() -> None:
     full = next(r for r in rows if r["method"] == "full")["first_token"]
     unreal = next(r for r in rows if r["method"] == "unreal")["first_token"]
     print(f"UNREAL / full context, time to first token: {unreal / full:.2f}")
-    Path(args.out).write_text(json.dumps({"command": f"PYTHONPATH=. python benchmarks/ask_haystack.py --reps "
+    Path(args.out).write_text(json.dumps({"command": f"python benchmarks/ask_haystack.py --reps "
                                           f"{args.reps}", "machine": "2 CPU cores, fp32", "head": ex.head_source,
                                           "rows": rows, "unreal_over_full_ttft": unreal / full}, indent=2))
 

@@ -1,6 +1,6 @@
 """Chunk-encoding throughput against its limits, measured in one run on the same tokens.
 
-    PYTHONPATH=. python benchmarks/encode.py [--passages 1000] [--quick] [--threads 2] [--model ID]
+    python benchmarks/encode.py [--passages 1000] [--quick] [--threads 2] [--model ID]
 
 Three timings over the same offline Wikipedia passages (lead summaries, cut to 256 tokens):
 
@@ -70,7 +70,7 @@ def main() -> None:
     trunc_s = raw_forward(backbone, batches, layer)
     full_s = raw_forward(backbone, batches, backbone.n_layers)
     result = {
-        "command": f"PYTHONPATH=. python benchmarks/encode.py --passages {count} --threads {args.threads}",
+        "command": f"python benchmarks/encode.py --passages {count} --threads {args.threads}",
         "model": backbone.name, "device": str(backbone.device), "dtype": str(backbone.dtype),
         "threads": args.threads, "passages": count, "tokens": n_tokens, "chunk_layer": layer,
         "n_layers": backbone.n_layers, "path_tokens_per_s": n_tokens / path_s,

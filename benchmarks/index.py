@@ -1,6 +1,6 @@
 """The built Wikipedia index: build throughput against the raw forward, size on disk, search latency.
 
-    PYTHONPATH=. python benchmarks/index.py [--index DIR] [--queries 200] [--sample 300] [--threads 2]
+    python benchmarks/index.py [--index DIR] [--queries 200] [--sample 300] [--threads 2]
 
 Measured in one run, on one machine:
 
@@ -21,22 +21,19 @@ import argparse
 import json
 import random
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 import torch
+from encode import raw_forward  # a sibling benchmark script (its folder is on sys.path)
 
-sys.path.insert(0, str(Path(__file__).parent))
-from encode import raw_forward  # noqa: E402  (a sibling benchmark script)
-
-from unreal_demo.data import load_squad  # noqa: E402
-from unreal_demo.encoding import encode_chunks, padded_batch, token_batches, tokenize_chunks  # noqa: E402
-from unreal_demo.index import Index, default_folder, quantize_int8  # noqa: E402
-from unreal_demo.maxsim import maxsim  # noqa: E402
-from unreal_demo.pipeline import Explorer  # noqa: E402
+from unreal_demo.data import load_squad
+from unreal_demo.encoding import encode_chunks, padded_batch, token_batches, tokenize_chunks
+from unreal_demo.index import Index, default_folder, quantize_int8
+from unreal_demo.maxsim import maxsim
+from unreal_demo.pipeline import Explorer
 
 
 def percentiles(seconds: list[float]) -> dict:
@@ -112,7 +109,7 @@ def main() -> None:
     ix.check_backbone(explorer.backbone, c.chunk_layer)
     m = ix.manifest
     queries = [q.text for q in random.Random(1).sample(load_squad("new_wiki")[1], args.queries)]
-    result: dict = {"command": f"PYTHONPATH=. python benchmarks/index.py --queries {args.queries} --sample "
+    result: dict = {"command": f"python benchmarks/index.py --queries {args.queries} --sample "
                                f"{args.sample} --threads {args.threads}",
                     "index": str(ix.folder), "chunks": m["chunks"], "passages": m["passages"], "tokens": m["tokens"],
                     "threads": args.threads, "build_manifest": m.get("build"), "disk_MiB": disk(ix)}

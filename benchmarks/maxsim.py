@@ -1,6 +1,6 @@
 """MaxSim scan speed on this machine, in one run: blocked scan vs einsum vs a naive loop, and memcpy.
 
-    PYTHONPATH=. python benchmarks/maxsim.py [--sizes 10000,100000,1000000] [--blocks 256,1024,8192] [--quick]
+    python benchmarks/maxsim.py [--sizes 10000,100000,1000000] [--blocks 256,1024,8192] [--quick]
 
 Synthetic fp16 chunk vectors (M, L_p, d) and G query vectors. For each index size: the blocked CPU
 scan at several block sizes (the fp16 → fp32 conversion of a small block stays in cache), one
@@ -94,7 +94,7 @@ def main() -> None:
               f"({row['blocked_GBps']:.2f} GB/s, "
               f"{row['fraction_of_copy_bandwidth']:.2f}x copy bw), einsum {einsum * 1e3:8.1f} ms "
               f"({row['speedup_vs_einsum']:.2f}x), loop ~{loop:.1f} s ({row['speedup_vs_loop']:.0f}x)", flush=True)
-    command = (f"PYTHONPATH=. python benchmarks/maxsim.py --sizes {','.join(map(str, sizes))} "
+    command = (f"python benchmarks/maxsim.py --sizes {','.join(map(str, sizes))} "
                f"--blocks {args.blocks} --threads {args.threads}")
     Path(args.out).write_text(json.dumps({"command": command, "copy_GBps": copy_gbs, "rows": rows}, indent=2))
 

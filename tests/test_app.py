@@ -15,7 +15,7 @@ DOC = "Cats sleep a lot. Dogs bark at night. " * 30 + "The zebra code is 4417. "
 
 @pytest.fixture(scope="module")
 def explorer(tiny):
-    return Explorer(tiny, untrained_head(tiny, n_ret=8, n_groups=4, chunk_layer=3), "untrained")
+    return Explorer(tiny, untrained_head(tiny, n_ret=8, n_groups=4, chunk_layer=3), None)
 
 
 @pytest.fixture(scope="module")

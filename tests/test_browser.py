@@ -27,7 +27,7 @@ pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="Debian chromium is not
 
 @pytest.fixture(scope="module")
 def url(tiny):
-    explorer = Explorer(tiny, untrained_head(tiny, n_ret=8, n_groups=4, chunk_layer=3), "untrained")
+    explorer = Explorer(tiny, untrained_head(tiny, n_ret=8, n_groups=4, chunk_layer=3), None)
     demo = build_demo(explorer)
     demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", server_port=None, quiet=True, css=CSS)
     try:

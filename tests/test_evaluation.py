@@ -87,7 +87,7 @@ def test_index_retrieval_eval_counts_any_chunk_of_the_gold_paragraph(tmp_path, t
                 for i in range(10)]
     qs = [Question(f"q{i}", f"item {i} weighs", ("x",), f"p{i}", f"T{i}") for i in range(10)]
     monkeypatch.setattr(evaluation, "load_squad", lambda name: (passages, qs))
-    explorer = Explorer(tiny, untrained_head(tiny, n_ret=4, n_groups=2, chunk_layer=3, n_context=1), "untrained")
+    explorer = Explorer(tiny, untrained_head(tiny, n_ret=4, n_groups=2, chunk_layer=3, n_context=1), None)
     idx.build_index(tmp_path / "ix", tiny, passages, layer=3, shard_size=4, target=40)
     ix = idx.Index(tmp_path / "ix")
     assert len(ix) > len(passages)  # long paragraphs span several chunks

@@ -21,7 +21,7 @@ PASSAGES = [Passage(f"p{i}", f"Title {i}", f"Passage {i} tells that item {i} wei
 
 @pytest.fixture()
 def explorer(tiny):
-    return Explorer(tiny, untrained_head(tiny, n_ret=4, n_groups=2, chunk_layer=3, n_context=1), "untrained")
+    return Explorer(tiny, untrained_head(tiny, n_ret=4, n_groups=2, chunk_layer=3, n_context=1), None)
 
 
 def build(tmp_path, tiny, **kw):

@@ -76,7 +76,7 @@ def test_benchmark_on_tiny_model(tiny, monkeypatch):
     items = [{"question": "capital of France?", "gold_doc": 1,
               "docs": ["The fox jumps.", "Paris is the capital of France.", "The answer is forty two."]}] * 2
     monkeypatch.setattr(intrinsic, "benchmark_contexts", lambda sample, seed: items)
-    ex = Explorer(tiny, untrained_head(tiny, n_ret=4, n_groups=2, chunk_layer=3), "untrained")
+    ex = Explorer(tiny, untrained_head(tiny, n_ret=4, n_groups=2, chunk_layer=3), None)
     r = intrinsic.run_intrinsic_eval(ex, sample=2)
     assert len(r["curves"]["separate/qk_post"]["R@1 best head"]) == tiny.n_layers
     assert r["references"]["bm25"]["R@1"] == 1.0  # "capital France" matches only the gold

@@ -107,7 +107,7 @@ class TestSquadMetrics:
 class TestRun:
     @pytest.fixture
     def explorer(self, tiny):
-        return Explorer(tiny, untrained_head(tiny, n_ret=8, n_groups=4, chunk_layer=3, n_context=1), "untrained")
+        return Explorer(tiny, untrained_head(tiny, n_ret=8, n_groups=4, chunk_layer=3, n_context=1), None)
 
     @pytest.mark.parametrize("depth", [0.0, 0.5, 1.0])  # gold first, inside, after the cut tail
     def test_keys_equal_direct_encoding(self, explorer, monkeypatch, tmp_path, depth):

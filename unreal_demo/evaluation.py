@@ -30,7 +30,7 @@ from .data import Passage, load_squad, load_summaries, read_jsonl
 from .encoding import cached_encode, query_states
 from .head import QueryHead
 from .maxsim import maxsim, normalize_chunks
-from .pipeline import DEFAULT_HEADS
+from .paths import DEFAULT_HEADS
 from .selection import BM25, reciprocal_rank_fusion, zscore
 
 KS = (1, 5, 10, 20)

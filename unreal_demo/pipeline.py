@@ -24,10 +24,9 @@ from .encoding import encode_chunks
 from .generation import Generation, fits_window, prompt_ids, stream_answer
 from .head import QueryHead, untrained_head
 from .maxsim import maxsim, normalize_chunks
+from .paths import DEFAULT_HEADS, display_path
 from .selection import BM25, select_top_n
 
-PRECOMPUTED = Path(__file__).resolve().parent.parent / "precomputed"
-DEFAULT_HEADS = {DEFAULT_MODEL: PRECOMPUTED / "heads" / "smollm2-135m" / "head"}
 MAX_CHARS = 2_000_000
 METHODS = ("unreal", "bm25", "dense", "sparse", "full")
 
@@ -67,12 +66,17 @@ class Explorer:
     ----------
     backbone : the frozen LLM.
     head : the query head (trained or not).
-    head_source : the head's path, or ``"untrained"``.
+    head_path : the head's ``.json`` file, or None for an untrained head.
+
+    Attributes
+    ----------
+    head_source : the head's path as shown to users (repository-relative), or ``"untrained"``.
     """
 
-    def __init__(self, backbone: Backbone, head: QueryHead, head_source: str) -> None:
+    def __init__(self, backbone: Backbone, head: QueryHead, head_path: Path | None) -> None:
         head.check_backbone(backbone)
-        self.backbone, self.head, self.head_source = backbone, head.to(backbone.device).eval(), head_source
+        self.backbone, self.head, self.head_path = backbone, head.to(backbone.device).eval(), head_path
+        self.head_source = display_path(head_path) if head_path else "untrained"
         self.head.requires_grad_(False)
         self._count, self._offsets = tokenizer_counters(backbone.tokenizer)
         self._cache: OrderedDict[str, tuple] = OrderedDict()
@@ -85,8 +89,8 @@ class Explorer:
         backbone = load_backbone(model, device=device, dtype=dtype, trust_remote_code=trust_remote_code)
         path = Path(head) if head else DEFAULT_HEADS.get(model)
         if path is not None and (head or path.with_suffix(".json").exists()):
-            return cls(backbone, QueryHead.load(path), str(path.with_suffix(".json")))
-        return cls(backbone, untrained_head(backbone), "untrained")
+            return cls(backbone, QueryHead.load(path), path.with_suffix(".json"))
+        return cls(backbone, untrained_head(backbone), None)
 
     @property
     def trained(self) -> bool:

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import gradio as gr
 import pandas as pd
 
 from .. import plots
-from ..pipeline import PRECOMPUTED, Explorer
+from ..paths import PRECOMPUTED
+from ..pipeline import Explorer
 
 
 def build_tab(explorer: Explorer) -> None:
@@ -19,8 +19,8 @@ def build_tab(explorer: Explorer) -> None:
                 f"ℓc = {c.chunk_layer} of {c.n_layers} · L_p = {c.n_pool} · R = {c.n_ret} · G = {c.n_groups} · "
                 f"|C0| = {c.n_context} ({c.context_tokens} tokens each) · P {'on' if c.use_prompt else 'off'} · "
                 f"τ = {c.temperature}")
-    log_path = Path(explorer.head_source).parent / "train_log.jsonl"
-    if log_path.exists():
+    log_path = explorer.head_path.parent / "train_log.jsonl" if explorer.head_path else None
+    if log_path is not None and log_path.exists():
         log = [json.loads(line) for line in log_path.read_text().splitlines()]
         gr.Plot(plots.loss_curve(log), label="training loss")
         gr.Markdown("*What to look for:* the loss (smoothed) against ln |B(x)|, the loss of a uniform guess over "

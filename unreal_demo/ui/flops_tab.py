@@ -9,7 +9,8 @@ import numpy as np
 import pandas as pd
 
 from .. import flops, plots
-from ..pipeline import PRECOMPUTED, Explorer
+from ..paths import PRECOMPUTED
+from ..pipeline import Explorer
 
 
 def table6() -> pd.DataFrame:

@@ -9,7 +9,8 @@ import gradio as gr
 from .. import plots
 from ..backbone import BackboneError
 from ..intrinsic import gold_rank, intrinsic_scores
-from ..pipeline import PRECOMPUTED, Explorer, InputError, check_inputs
+from ..paths import PRECOMPUTED
+from ..pipeline import Explorer, InputError, check_inputs
 from .gpu import on_gpu
 from .long_document import load_examples
 

@@ -9,7 +9,8 @@ import pandas as pd
 
 from .. import plots
 from ..longcontext import label
-from ..pipeline import PRECOMPUTED, Explorer
+from ..paths import PRECOMPUTED
+from ..pipeline import Explorer
 from .gpu import on_gpu
 
 CAPTION = ("**What to look for.** With few chunks, accuracy is limited by evidence recall (dotted): the answer "

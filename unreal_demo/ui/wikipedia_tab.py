@@ -15,7 +15,8 @@ from .. import index as ix
 from .. import plots
 from ..data import load_corpus
 from ..generation import prompt_ids, stream_answer
-from ..pipeline import PRECOMPUTED, Explorer, InputError
+from ..paths import PRECOMPUTED
+from ..pipeline import Explorer, InputError
 from .gpu import on_gpu
 
 CORPORA = {"new_wiki": "SQuAD-Shifts New-Wiki paragraphs (1,581)", "squad_dev": "SQuAD v1.1 dev paragraphs (2,067)",
