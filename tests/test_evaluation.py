@@ -61,19 +61,28 @@ def test_rank_command_bad_jsonl(tmp_path, capsys):
     assert capsys.readouterr().err.startswith("error: passages file")
 
 
-def test_corpus_scorer_methods_on_tiny_model(tiny, monkeypatch, tmp_path):
-    """Every scoring method of the benchmark returns a (Q, M) matrix over the whole corpus."""
-    from unreal_demo.evaluation import CorpusScorer
+def test_corpus_store_methods_on_tiny_model(tiny, monkeypatch, tmp_path):
+    """Every corpus method ranks the whole corpus; UNREAL equals brute-force MaxSim with BM25's C0."""
+    from unreal_demo.evaluation import corpus_store, full_scores
     from unreal_demo.head import untrained_head
+    from unreal_demo.maxsim import maxsim_reference, normalize_chunks
+    from unreal_demo.pipeline import Explorer
+    from unreal_demo.retrieval import names, retrieve
 
     monkeypatch.setenv("UNREAL_CACHE", str(tmp_path))
     texts = ["Paris is the capital of France.", "Berlin is in Germany.", "The fox jumps.", "Forty two."]
-    scorer = CorpusScorer(texts, tiny, untrained_head(tiny, n_ret=4, n_groups=2, chunk_layer=3), keep_tokens=True)
+    explorer = Explorer(tiny, untrained_head(tiny, n_ret=4, n_groups=2, chunk_layer=3, n_context=1), None)
+    store = corpus_store(texts, explorer, keep_tokens=True)
     queries = ["capital of France?", "what does the fox do?"]
-    for method in ("bm25", "untrained", "sparse", "unreal"):
-        s = getattr(scorer, f"{method}_scores")(queries)
-        assert s.shape == (2, 4), method
-    assert int(scorer.bm25_scores(queries)[0].argmax()) == 0
+    for method in names("corpus"):
+        found = retrieve(store, explorer, queries, 4, method, fusion_weight=0.5)
+        assert all(sorted(row) == [0, 1, 2, 3] for row in found.ids), method
+    assert retrieve(store, explorer, queries, 1, "bm25").ids == [[0], [2]]
+    c0 = [[texts[0]], [texts[2]]]  # each query's top BM25 chunk
+    with torch.no_grad():
+        q = explorer.head(tiny, queries, c0)
+    ref = maxsim_reference(q, normalize_chunks(store.keys))
+    assert torch.allclose(full_scores(store, explorer, queries, "unreal"), ref, atol=1e-5)
 
 
 def test_index_retrieval_eval_counts_any_chunk_of_the_gold_paragraph(tmp_path, tiny, monkeypatch):
@@ -82,6 +91,7 @@ def test_index_retrieval_eval_counts_any_chunk_of_the_gold_paragraph(tmp_path, t
     from unreal_demo.data import Passage, Question
     from unreal_demo.head import untrained_head
     from unreal_demo.pipeline import Explorer
+    from unreal_demo.retrieval import retrieve
 
     passages = [Passage(f"p{i}", f"T{i}", f"Item {i} weighs {i * 3} kilograms. " * (1 + 8 * (i % 2)), "t")
                 for i in range(10)]
@@ -93,7 +103,7 @@ def test_index_retrieval_eval_counts_any_chunk_of_the_gold_paragraph(tmp_path, t
     assert len(ix) > len(passages)  # long paragraphs span several chunks
     result = evaluation.run_index_retrieval_eval(explorer, ix, sample=10, methods=["bm25", "unreal"], seed=0)
     order = evaluation.random.Random(0).sample(qs, 10)  # the eval's seeded sample
-    ranked = idx.retrieve(ix, explorer, [q.text for q in order], 20, "bm25")[0]
+    ranked = retrieve(ix, explorer, [q.text for q in order], 20, "bm25").ids
     gold = [{i for i, c in enumerate(ix.chunks) if c["passage"] == q.passage_id} for q in order]
     for k in (1, 5, 10):
         assert result["table"][0][f"R@{k}"] == round(evaluation.recall_at_k(ranked, gold, k), 4)

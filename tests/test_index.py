@@ -13,6 +13,7 @@ from unreal_demo.encoding import encode_chunks
 from unreal_demo.head import untrained_head
 from unreal_demo.maxsim import maxsim_reference, normalize_chunks
 from unreal_demo.pipeline import Explorer
+from unreal_demo.retrieval import MemoryStore, RetrievalError, retrieve
 from unreal_demo.selection import reciprocal_rank_fusion
 
 PASSAGES = [Passage(f"p{i}", f"Title {i}", f"Passage {i} tells that item {i} weighs {i * 3} kilograms. " * (1 + i % 3),
@@ -112,11 +113,24 @@ def test_dense_and_sparse_methods_equal_brute_force(tmp_path, tiny, explorer):
                       sparse.pooled_scores(qt, keys.half().float().mean(1)))
     scores, ids = ix.sparse_topk(qt, k=4)
     assert torch.allclose(scores, ref.topk(4).values, atol=1e-3)
-    ids_d, _, _ = idx.retrieve(ix, explorer, queries, k=3, method="dense")
+    ids_d = retrieve(ix, explorer, queries, k=3, method="dense").ids
     ref_d = (dense.embed(queries) @ dense.embed(texts).T).topk(3).indices
     assert ids_d == ref_d.tolist()
-    ids_s, _, timings = idx.retrieve(ix, explorer, queries, k=4, method="sparse")
-    assert ids_s == ids.tolist() and set(timings) >= {"query_encoding", "scan"}
+    found = retrieve(ix, explorer, queries, k=4, method="sparse")
+    assert found.ids == ids.tolist() and set(found.timings) >= {"query_encoding", "scan"}
+
+
+def test_index_and_memory_store_give_the_same_rankings(tmp_path, tiny, explorer):
+    """The one query path over the two stores: an fp16 index and the same chunks in memory agree."""
+    idx.build_index(tmp_path / "ix", tiny, PASSAGES, layer=3, shard_size=5, dense=False)
+    ix = idx.Index(tmp_path / "ix")
+    texts = [c["text"] for c in ix.chunks]
+    store = MemoryStore(texts, encode_chunks(tiny, texts, 3, 7))
+    queries = ["item 7 weighs", "Passage 12 tells", "kilograms"]
+    for method in ("bm25", "unreal", "hybrid-rrf"):
+        a, b = retrieve(ix, explorer, queries, 5, method), retrieve(store, explorer, queries, 5, method)
+        assert a.ids == b.ids, method
+        assert torch.allclose(torch.tensor(a.scores), torch.tensor(b.scores), atol=2e-3), method
 
 
 def test_methods_the_index_lacks_are_refused(tmp_path, tiny, explorer):
@@ -124,9 +138,9 @@ def test_methods_the_index_lacks_are_refused(tmp_path, tiny, explorer):
     ix = idx.Index(tmp_path / "ix")
     for method, flag in (("dense", "--dense"), ("sparse", "--token-states")):
         with pytest.raises(idx.IndexStoreError, match=flag):
-            idx.retrieve(ix, explorer, ["item 7"], k=3, method=method)
-    with pytest.raises(ValueError, match="unknown method"):
-        idx.retrieve(ix, explorer, ["item 7"], k=3, method="colbert")
+            retrieve(ix, explorer, ["item 7"], k=3, method=method)
+    with pytest.raises(RetrievalError, match="unknown retrieval method"):
+        retrieve(ix, explorer, ["item 7"], k=3, method="colbert")
 
 
 def test_two_process_accelerate_build_equals_one_process(tmp_path):

@@ -35,7 +35,7 @@ def test_every_method_sees_the_same_questions_and_prompt(setup):
         templates = {runs[m]["rows"][j]["template"] for m in qa_eval.METHODS if m != "none"}
         assert len(templates) == 1  # the prompts differ only in their passages
         assert runs["none"]["rows"][j]["prompt_tokens"] == len(prompt_ids(explorer.backbone, [], QS[j].text))
-    for m in ("bm25", "dense", "sparse", "hybrid", "unreal"):
+    for m in ("bm25", "dense", "sparse", "hybrid-rrf", "unreal"):
         for x in runs[m]["rows"]:
             assert len(x["chunks"]) == 3 and x["chunks"] == sorted(x["chunks"])  # k chunks, index order
 
@@ -80,4 +80,4 @@ def test_summary_by_hand():
     assert by["bm25"]["f1"][0] == 0.4 and by["bm25"]["em"] == 0.5
     assert by["bm25"]["f1_gap_closed"] == pytest.approx((0.4 - 0.1) / (0.8 - 0.1), abs=1e-4)
     assert by["bm25"]["em_gap_closed"] == 0.5 and by["none"]["recall"] is None
-    assert "| BM25 (bm25s) | 0.500 |" in qa_eval.markdown(table, 3)
+    assert "| BM25 (bm25s, stemmed) | 0.500 |" in qa_eval.markdown(table, 3)

@@ -9,12 +9,9 @@ import argparse
 import json
 import sys
 
-from .backbone import DEFAULT_MODEL, BackboneError
-from .data import DataError
-from .head import HeadError
-from .index import METHODS as index_methods
-from .index import IndexStoreError
-from .pipeline import METHODS, InputError
+from . import retrieval
+from .backbone import DEFAULT_MODEL
+from .errors import InputError, UserError
 
 
 def _ask(args: argparse.Namespace) -> None:
@@ -67,13 +64,10 @@ def _eval(args: argparse.Namespace) -> None:
         from . import index
         from .pipeline import Explorer
         from .qa_eval import METHODS as QA_METHODS
-        from .qa_eval import run_qa_eval
+        from .qa_eval import check_methods, run_qa_eval
 
-        methods = args.methods.split(",") if args.methods else list(QA_METHODS)
-        unknown = sorted(set(methods) - set(QA_METHODS))
-        if unknown:
-            raise InputError(f"unknown qa method(s) {unknown}; use {', '.join(QA_METHODS)}")
-        explorer = Explorer.load(args.model, head=args.head)
+        methods = check_methods(args.methods.split(",") if args.methods else list(QA_METHODS))
+        explorer = Explorer.load(args.model, head=args.head, require_head=True)
         folder = args.index or index.default_folder(explorer, "all")
         bar = tqdm(unit="question")
         result = run_qa_eval(explorer, index.Index(folder, verify=False), args.sample, methods, args.k, args.seed,
@@ -87,16 +81,16 @@ def _eval(args: argparse.Namespace) -> None:
         from .evaluation import run_index_retrieval_eval
         from .pipeline import Explorer
 
-        explorer = Explorer.load(args.model, head=args.head)
+        methods = retrieval.check(args.methods.split(",") if args.methods else retrieval.names("index"), "index")
+        explorer = Explorer.load(args.model, head=args.head, require_head=True)
         ix = index.Index(args.index or index.default_folder(explorer, "all"), verify=False)
-        methods = args.methods.split(",") if args.methods else ["bm25", "dense", "sparse", "unreal", "hybrid"]
         result = run_index_retrieval_eval(explorer, ix, args.sample, methods, args.seed, args.out)
         print(json.dumps(result) if args.json else result["markdown"])
         return
     from .evaluation import run_retrieval_eval
 
-    methods = args.methods or "bm25,dense,untrained,sparse,unreal,hybrid_rrf,hybrid_fused"
-    result = run_retrieval_eval(args.sample, methods.split(","), head=args.head, model=args.model,
+    methods = retrieval.check(args.methods.split(",") if args.methods else retrieval.names("corpus"), "corpus")
+    result = run_retrieval_eval(args.sample, methods, head=args.head, model=args.model,
                                 out=args.out, seed=args.seed, corpus_name=args.corpus)
     if args.json:
         print(json.dumps(result))
@@ -113,9 +107,9 @@ def _bench(args: argparse.Namespace) -> None:
         lengths, ns = parse_lengths(args.lengths), [int(x) for x in args.n.split(",")]
     except ValueError as exc:
         raise InputError(f"--lengths/--n: {exc}") from None
-    methods = args.methods.split(",")
-    if bad := [m for m in methods if m not in ("unreal", "bm25", "full")] or [n for n in ns if n < 1]:
-        raise InputError(f"unknown method or n < 1: {bad}; methods are unreal, bm25, full")
+    methods = retrieval.check(args.methods.split(","), "document")
+    if bad := [n for n in ns if n < 1]:
+        raise InputError(f"--n must be at least 1: {bad}")
     if args.sample < 1:
         raise InputError("--sample must be at least 1")
     explorer = Explorer.load(args.model, head=args.head)
@@ -239,7 +233,8 @@ def build_parser() -> argparse.ArgumentParser:
     ask.add_argument("--doc", action="append", required=True, help="a .txt/.md document (repeatable)")
     ask.add_argument("--question", required=True)
     ask.add_argument("--n", type=int, default=5, help="chunks to select")
-    ask.add_argument("--method", choices=METHODS, default="unreal")
+    ask.add_argument("--method", choices=retrieval.names("document"), default="unreal",
+                     help=retrieval.help_text("document"))
     ask.add_argument("--max-new-tokens", type=int, default=48)
     ask.add_argument("--device", default=None)
     ask.add_argument("--dtype", default=None, help="fp32 | bf16 | fp16")
@@ -266,8 +261,9 @@ def build_parser() -> argparse.ArgumentParser:
     ev = sub.add_parser("eval", help="held-out evaluation on SQuAD-Shifts New-Wiki")
     ev.add_argument("what", choices=["retrieval", "intrinsic", "ablations", "qa"])
     ev.add_argument("--sample", type=int, default=500, help="number of held-out questions")
-    ev.add_argument("--methods", default=None, help="retrieval: bm25,dense,untrained,sparse,unreal,hybrid_rrf,"
-                    "hybrid_fused (default all); qa: none,oracle,bm25,dense,sparse,hybrid,unreal (default all)")
+    ev.add_argument("--methods", default=None, help=f"retrieval: {','.join(retrieval.names('corpus'))} "
+                    f"(--corpus index: {','.join(retrieval.names('index'))}); qa: none,oracle,"
+                    f"{','.join(retrieval.names('index'))} (default all)")
     ev.add_argument("--k", type=int, default=5, help="qa: chunks retrieved per question")
     ev.add_argument("--index", default=None, help="qa, retrieval --corpus index: index folder (default: the "
                     "full offline index)")
@@ -311,7 +307,8 @@ def build_parser() -> argparse.ArgumentParser:
     ix.add_argument("--index", help="index folder to search")
     ix.add_argument("--query")
     ix.add_argument("--k", type=int, default=10)
-    ix.add_argument("--method", choices=list(index_methods), default="unreal")
+    ix.add_argument("--method", choices=retrieval.names("index") + list(retrieval.ALIASES)[:1], default="unreal",
+                    help=retrieval.help_text("index"))
     ix.add_argument("--json", action="store_true")
     model_flags(ix)
     ix.set_defaults(func=_index)
@@ -321,7 +318,7 @@ def build_parser() -> argparse.ArgumentParser:
     bn.add_argument("--sample", type=int, default=20, help="number of New-Wiki questions")
     bn.add_argument("--lengths", default="2K,4K,8K,16K,32K,128K,1M", help="context lengths in tokens (2K = 2,000)")
     bn.add_argument("--n", default="1,2,3,5,8,10,15,20,30", help="numbers of selected chunks")
-    bn.add_argument("--methods", default="unreal,bm25,full")
+    bn.add_argument("--methods", default="unreal,bm25,full", help=retrieval.help_text("document"))
     bn.add_argument("--seed", type=int, default=0)
     bn.add_argument("--out", default=None, help="write the JSON result here")
     bn.add_argument("--json", action="store_true")
@@ -338,7 +335,8 @@ def build_parser() -> argparse.ArgumentParser:
     rk = sub.add_parser("rank", help="rank a JSONL corpus for JSONL queries")
     rk.add_argument("--passages", required=True)
     rk.add_argument("--queries", required=True)
-    rk.add_argument("--method", choices=["unreal", "bm25", "hybrid", "dense", "sparse"], default="unreal")
+    rk.add_argument("--method", choices=retrieval.names("corpus") + list(retrieval.ALIASES), default="unreal",
+                    help=retrieval.help_text("corpus"))
     rk.add_argument("--k", type=int, default=10)
     rk.add_argument("--json", action="store_true", help="(output is always JSON)")
     model_flags(rk)
@@ -350,7 +348,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         args.func(args)
-    except (InputError, BackboneError, HeadError, DataError, IndexStoreError, ValueError) as exc:
+    except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

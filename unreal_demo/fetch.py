@@ -37,12 +37,14 @@ from pathlib import Path
 from urllib.parse import urldefrag, urljoin, urlparse
 from urllib.request import url2pathname
 
+from .errors import UserError
+
 DEFAULT_INDEX = "https://pypi.org/simple"
 _ACCEPT = "application/vnd.pypi.simple.v1+json, text/html;q=0.1"
 _TIMEOUT = float(os.environ.get("PIP_DEFAULT_TIMEOUT", 60))
 
 
-class FetchError(RuntimeError):
+class FetchError(UserError, RuntimeError):
     """A package file that cannot be resolved, downloaded or verified; the message is one line."""
 
 

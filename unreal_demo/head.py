@@ -30,9 +30,10 @@ from torch import nn
 
 from .backbone import Backbone
 from .encoding import run_blocks
+from .errors import UserError
 
 
-class HeadError(ValueError):
+class HeadError(UserError, ValueError):
     """A head file that is missing, corrupted, or does not fit the loaded model."""
 
 

@@ -22,6 +22,7 @@ Example
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 from collections.abc import Callable, Sequence
@@ -35,11 +36,12 @@ from .backbone import Backbone
 from .chunking import chunk_documents, tokenizer_counters
 from .data import Passage, sha256_file
 from .encoding import encode_chunks
+from .errors import UserError
 from .maxsim import inverse_norms, maxsim
-from .selection import BM25
+from .selection import BM25, bm25s_tokens
 
 
-class IndexStoreError(RuntimeError):
+class IndexStoreError(UserError, RuntimeError):
     """An index that is missing, corrupted, or built for another model or ℓc."""
 
 
@@ -250,10 +252,23 @@ class Index:
             self._bm25 = bm25s.BM25.load(str(self.folder / "bm25"))
         return self._bm25
 
+    @functools.cached_property
+    def texts(self) -> list[str]:
+        """Every chunk's text, in chunk-id order."""
+        return [c["text"] for c in self.chunks]
+
+    def bm25_scores(self, queries: Sequence[str]) -> torch.Tensor:
+        """BM25 score of every chunk, ``(Q, M)``."""
+        bm25 = self.bm25()
+        rows = []
+        for tokens in bm25s_tokens(queries):
+            rows.append(torch.as_tensor(bm25.get_scores(tokens), dtype=torch.float32) if tokens
+                        else torch.zeros(len(self)))
+        return torch.stack(rows)
+
     def bm25_topk(self, queries: Sequence[str], k: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """BM25 scores and chunk ids ``(B, k)``, best first."""
-        ids, scores = self.bm25().retrieve(BM25._tokenize(list(queries)), k=min(k, len(self)), show_progress=False)
-        return torch.as_tensor(scores, dtype=torch.float32), torch.as_tensor(ids, dtype=torch.long)
+        """BM25 scores and chunk ids ``(B, k)``, best first (ties broken as for an in-memory store)."""
+        return torch.topk(self.bm25_scores(queries), min(k, len(self)), dim=1)
 
     def _stream_topk(self, k: int, b: int, score: Callable[[dict], torch.Tensor],
                      shards: Sequence[int] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -342,9 +357,6 @@ def sharded_maxsim_topk(index: Index, q: torch.Tensor, k: int, normalize: bool =
     return best, torch.cat(all_i, 1).gather(1, pick)
 
 
-METHODS = ("unreal", "bm25", "hybrid", "dense", "sparse")
-
-
 def default_folder(explorer, corpus: str) -> Path:
     """Where the app and the CLI keep the index of a built-in corpus for this model and ℓc."""
     from .backbone import cache_dir
@@ -353,70 +365,14 @@ def default_folder(explorer, corpus: str) -> Path:
     return cache_dir() / "indexes" / f"{name}-l{explorer.head.config.chunk_layer}-{corpus}"
 
 
-@torch.inference_mode()
-def retrieve(index: Index, explorer, queries: Sequence[str], k: int = 10,
-             method: str = "unreal") -> tuple[list[list[int]], list[list[float]], dict[str, float]]:
-    """Top-``k`` chunk ids and scores per query for one method, with timings in seconds.
-
-    ``unreal``: exact MaxSim of the head's G query vectors (C0 = the top-|C0| BM25 chunks) over every
-    chunk (Eq. 4); ``hybrid``: reciprocal-rank fusion of the UNREAL and BM25 top-100; ``dense``:
-    MiniLM cosine; ``sparse``: sparse token matching at ℓc; ``bm25``: bm25s.
-
-    Raises
-    ------
-    ValueError
-        For an unknown method.
-    IndexStoreError
-        If the index was built for another model or ℓc, or lacks what the method needs.
-    """
-    from .selection import reciprocal_rank_fusion
-
-    if method not in METHODS:
-        raise ValueError(f"unknown method {method!r}; use one of {', '.join(METHODS)}")
-    queries, timings = list(queries), {}
-    c = explorer.head.config
-    depth = max(k, 100) if method == "hybrid" else k
-    t0 = time.perf_counter()
-    b_scores, b_ids = index.bm25_topk(queries, max(depth, c.n_context))
-    timings["bm25"] = time.perf_counter() - t0
-    if method == "bm25":
-        return b_ids[:, :k].tolist(), b_scores[:, :k].tolist(), timings
-    t1 = time.perf_counter()
-    if method == "dense":
-        from .dense import embed
-
-        qv = embed(queries)
-        timings["query_encoding"] = time.perf_counter() - t1
-        t2 = time.perf_counter()
-        scores, ids = index.dense_topk(qv, k)
-    elif method == "sparse":
-        from .sparse import query_token_states
-
-        index.check_backbone(explorer.backbone, c.chunk_layer)
-        qt = query_token_states(explorer.backbone, queries, c.chunk_layer)
-        timings["query_encoding"] = time.perf_counter() - t1
-        t2 = time.perf_counter()
-        scores, ids = index.sparse_topk(qt, k)
-    else:
-        index.check_backbone(explorer.backbone, c.chunk_layer)
-        chunks = index.chunks
-        context = [[chunks[i]["text"] for i in row[: c.n_context]] for row in b_ids.tolist()]
-        q = torch.cat([explorer.head(explorer.backbone, queries[s : s + 16], context[s : s + 16]).cpu()
-                       for s in range(0, len(queries), 16)])  # (B, G, d)
-        timings["query_encoding"] = time.perf_counter() - t1
-        t2 = time.perf_counter()
-        scores, ids = index.maxsim_topk(q, depth, normalize=c.normalize)
-    timings["scan"] = time.perf_counter() - t2
-    if method != "hybrid":
-        return ids.tolist(), scores.tolist(), timings
-    fused = [reciprocal_rank_fusion([u, b])[:k] for u, b in zip(ids.tolist(), b_ids.tolist(), strict=True)]
-    return [[i for i, _ in row] for row in fused], [[s for _, s in row] for row in fused], timings
-
-
 def search(index: Index, explorer, query: str, k: int = 10, method: str = "unreal") -> dict:
-    """Top-``k`` chunks for one query (see :func:`retrieve`): rank, chunk id, passage id, title, score and
-    text per hit, with timings split into BM25, query encoding and scan."""
-    ids, scores, timings = retrieve(index, explorer, [query], k, method)
+    """Top-``k`` chunks for one query (:func:`retrieval.retrieve`): rank, chunk id, passage id, title, score
+    and text per hit, with timings split into BM25, query encoding and scan."""
+    from .retrieval import canonical, retrieve
+
+    method = canonical(method)
+    found = retrieve(index, explorer, [query], k, method)
+    ids, scores, timings = found.ids, found.scores, found.timings
     chunks = index.chunks
     return {"query": query, "method": method, "timings": {k_: round(v, 5) for k_, v in timings.items()},
             "hits": [{"rank": r + 1, "id": i, "passage": chunks[i]["passage"], "title": chunks[i]["title"],

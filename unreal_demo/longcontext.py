@@ -25,6 +25,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from .chunking import chunk_documents, sentence_spans
+from .errors import InputError
 from .squad_metrics import normalize_answer
 
 DEFAULT_LENGTHS = (2_000, 4_000, 8_000, 16_000, 32_000, 128_000, 1_000_000)
@@ -44,7 +45,7 @@ def parse_lengths(text: str) -> list[int]:
     for part in text.split(","):
         m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kKmM]?)\s*", part)
         if not m:
-            raise ValueError(f"cannot read length {part!r}; use e.g. 2K,8K,128K,1M")
+            raise InputError(f"cannot read length {part!r}; use e.g. 2K,8K,128K,1M")
         value = float(m.group(1)) * {"": 1, "k": 1_000, "m": 1_000_000}[m.group(2).lower()]
         if value < 1:
             raise ValueError(f"length {part!r} must be positive")

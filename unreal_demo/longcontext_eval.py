@@ -26,8 +26,9 @@ from .encoding import cached_encode
 from .evaluation import mean_ci, wilson
 from .generation import answer_ids, fits_window, prompt_ids
 from .longcontext import Builder, Context, gold_chunks, label
-from .maxsim import maxsim, normalize_chunks
-from .selection import BM25, select_top_n
+from .results import write_result
+from .retrieval import METHODS, MemoryStore, check, retrieve
+from .selection import select_top_n
 from .squad_metrics import contained, exact_match, f1
 
 MAX_NEW_TOKENS = 16
@@ -79,8 +80,7 @@ class ContextEncoder:
 
     def _encode(self, texts: list[str]) -> torch.Tensor:
         c = self.head.config
-        keys = cached_encode(self.backbone, texts, c.chunk_layer, c.n_pool, c.chunk_tokens)
-        return normalize_chunks(keys) if c.normalize else keys
+        return cached_encode(self.backbone, texts, c.chunk_layer, c.n_pool, c.chunk_tokens)  # raw (M, L_p, d)
 
     def pool_keys(self, lo: int, hi: int) -> torch.Tensor:
         """Keys of pool chunks ``lo:hi``, from fixed blocks of :data:`BLOCK` chunks (cached on disk)."""
@@ -134,6 +134,7 @@ def run_longcontext(explorer, builder: Builder, lengths: Sequence[int], ns: Sequ
                     methods: Sequence[str] = ("unreal", "bm25", "full"),
                     progress: Callable[[float, str], None] | None = None) -> dict:
     """Run every item at every length with every method; rows per answer plus the summary table."""
+    methods = check(methods, "document")
     backbone, head = explorer.backbone, explorer.head
     encoder = ContextEncoder(builder, backbone, head)
     answers = AnswerCache(cache_dir() / "longcontext" / "answers.jsonl")
@@ -144,20 +145,17 @@ def run_longcontext(explorer, builder: Builder, lengths: Sequence[int], ns: Sequ
             progress(j / len(jobs), f"{label(length)} tokens, question {builder.items.index(item) + 1}")
         ctx = builder.context(item, length)
         t0 = time.perf_counter()
-        texts, doc_of, keys = encoder.keys(ctx) if "unreal" in methods else (*builder.chunked(ctx), None)
+        needs_keys = any(METHODS[m].model for m in methods)
+        texts, doc_of, keys = encoder.keys(ctx) if needs_keys else (*builder.chunked(ctx), None)
         t1 = time.perf_counter()
         gold = gold_chunks(texts, doc_of, ctx.gold_doc, item.answers)
+        store = MemoryStore(texts, keys)
         rankings = {}
-        bm25 = BM25(texts)
-        bm25_scores = torch.as_tensor(bm25.scores(item.question), dtype=torch.float32)
-        if "bm25" in methods:
-            rankings["bm25"] = bm25_scores
-        if "unreal" in methods:
-            with torch.inference_mode():
-                n_ctx = min(head.config.n_context, len(texts))
-                c0 = [texts[i] for i in torch.topk(bm25_scores, n_ctx).indices.tolist()] if n_ctx else []
-                q = head(backbone, [item.question], [c0])[0]  # (G, d)
-                rankings["unreal"] = maxsim(q, keys.to(q.device)).cpu()  # (M,)
+        for method in methods:
+            if method != "full":
+                found = retrieve(store, explorer, [item.question], len(texts), method)
+                rankings[method] = torch.zeros(len(texts)).scatter_(0, torch.tensor(found.ids[0]),
+                                                                   torch.tensor(found.scores[0]))
         t2 = time.perf_counter()
         base = {"id": item.id, "length": length, "tokens": ctx.tokens, "chunks": len(texts), "depth": item.depth}
         for method, scores in rankings.items():
@@ -224,11 +222,6 @@ def run_benchmark(explorer, sample: int, lengths: Sequence[int], ns: Sequence[in
                    f"{len(builder.pool):,} passages (Wikipedia summaries, Paul Graham essays, a Gutenberg novel); "
                    f"model {explorer.backbone.name}, head {explorer.head_source}; greedy, "
                    f"{MAX_NEW_TOKENS} new tokens",
-        "command": f"python -m unreal_demo bench longcontext --sample {sample} --lengths "
-                   f"{','.join(label(x) for x in lengths)} --n {','.join(map(str, ns))} --methods {','.join(methods)}",
         "wall_seconds": round(time.perf_counter() - t0, 1), "markdown": markdown(result["table"]),
     }
-    if out:
-        Path(out).parent.mkdir(parents=True, exist_ok=True)
-        Path(out).write_text(json.dumps(result, indent=1))
-    return result
+    return write_result(result, out, explorer)

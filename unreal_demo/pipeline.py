@@ -21,18 +21,14 @@ import torch
 from .backbone import DEFAULT_MODEL, Backbone, load_backbone
 from .chunking import Chunk, chunk_documents, tokenizer_counters
 from .encoding import encode_chunks
+from .errors import InputError
 from .generation import Generation, fits_window, prompt_ids, stream_answer
 from .head import QueryHead, untrained_head
-from .maxsim import maxsim, normalize_chunks
 from .paths import DEFAULT_HEADS, display_path
-from .selection import BM25, select_top_n
+from .retrieval import METHODS, MemoryStore, check, retrieve
+from .selection import select_top_n
 
 MAX_CHARS = 2_000_000
-METHODS = ("unreal", "bm25", "dense", "sparse", "full")
-
-
-class InputError(ValueError):
-    """Input the pipeline refuses; the message is meant for the user, as is."""
 
 
 @dataclass
@@ -46,6 +42,17 @@ class Ranking:
     timings: dict = field(default_factory=dict)
     notices: list[str] = field(default_factory=list)
     group_sims: dict[int, list[list[float]]] = field(default_factory=dict)  # chunk id -> G × L_p
+
+
+@dataclass
+class AskStep:
+    """One step of :meth:`Explorer.ask_stream`: the ranking, the answer so far, timings in seconds."""
+
+    ranking: Ranking
+    text: str
+    prompt_tokens: int
+    timings: dict
+    done: bool = False
 
 
 def check_inputs(docs: Sequence[str], question: str, max_chars: int = MAX_CHARS) -> None:
@@ -84,11 +91,22 @@ class Explorer:
 
     @classmethod
     def load(cls, model: str = DEFAULT_MODEL, head: str | None = None, device: str | None = None,
-             dtype: str | None = None, trust_remote_code: bool = False) -> Explorer:
-        """Load a model and its head: ``head`` if given, else the shipped trained head, else untrained."""
-        backbone = load_backbone(model, device=device, dtype=dtype, trust_remote_code=trust_remote_code)
+             dtype: str | None = None, trust_remote_code: bool = False, require_head: bool = False) -> Explorer:
+        """Load a model and its head: ``head`` if given, else the shipped trained head, else untrained.
+
+        Raises
+        ------
+        UserError
+            With ``require_head``, when there is no head for the model (checked before the model loads);
+            :class:`HeadError` for a head that does not fit the model.
+        """
         path = Path(head) if head else DEFAULT_HEADS.get(model)
-        if path is not None and (head or path.with_suffix(".json").exists()):
+        found = path is not None and (bool(head) or path.with_suffix(".json").exists())
+        if require_head and not found:
+            raise InputError(f"no trained head ships for model {model!r}: give --head PATH "
+                             f"(train one with `python -m unreal_demo train --model {model}`)")
+        backbone = load_backbone(model, device=device, dtype=dtype, trust_remote_code=trust_remote_code)
+        if found:
             return cls(backbone, QueryHead.load(path), path.with_suffix(".json"))
         return cls(backbone, untrained_head(backbone), None)
 
@@ -106,8 +124,8 @@ class Explorer:
             self._cache.clear()
 
     def encoded(self, chunks: Sequence[Chunk]) -> tuple[torch.Tensor, list[torch.Tensor]]:
-        """Pooled chunk vectors ``(M, L_p, d)`` at the head's ℓc (normalised if the head is) and each
-        chunk's normalised token states, from one forward pass; cached by content."""
+        """Raw pooled chunk vectors ``(M, L_p, d)`` at the head's ℓc and each chunk's normalised token
+        states, from one forward pass; cached by content."""
         c = self.head.config
         key = hashlib.sha1("\x00".join([str(c.chunk_layer), str(c.n_pool)] + [ch.text for ch in chunks])
                            .encode()).hexdigest()
@@ -118,7 +136,7 @@ class Explorer:
         tokens: list[torch.Tensor] = []
         keys = encode_chunks(self.backbone, [ch.text for ch in chunks], c.chunk_layer, c.n_pool, c.chunk_tokens,
                              tokens_out=tokens)
-        entry = (normalize_chunks(keys) if c.normalize else keys, tokens)
+        entry = (keys, tokens)
         with self._lock:
             self._cache[key] = entry
             while len(self._cache) > 8:
@@ -128,7 +146,7 @@ class Explorer:
     @torch.inference_mode()
     def rank(self, docs: Sequence[str], question: str, n: int = 5, method: str = "unreal",
              chunks: list[Chunk] | None = None) -> Ranking:
-        """Score every chunk with ``method`` and select the top ``n`` in document order.
+        """Score every chunk with ``method`` (:func:`retrieval.retrieve`) and select the top ``n`` in document order.
 
         Raises
         ------
@@ -136,8 +154,7 @@ class Explorer:
             For empty input, too much text, or an unknown method.
         """
         check_inputs(docs, question)
-        if method not in METHODS:
-            raise InputError(f"unknown method {method!r}; use one of {', '.join(METHODS)}")
+        (method,) = check([method], "document")
         t0 = time.perf_counter()
         chunks = chunks if chunks is not None else self.chunk(docs)
         timings = {"chunk": time.perf_counter() - t0}
@@ -147,41 +164,24 @@ class Explorer:
         n = max(1, min(int(n), len(chunks)))
         if method == "full":
             return Ranking(method, chunks, None, list(range(len(chunks))), timings, notices)
-        t1 = time.perf_counter()
-        bm25 = BM25([ch.text for ch in chunks])
-        if method == "bm25":
-            scores = torch.as_tensor(bm25.scores(question), dtype=torch.float32)
-            timings["retrieval"] = time.perf_counter() - t1
-            return Ranking(method, chunks, scores.tolist(), select_top_n(scores, n), timings, notices)
-        if method == "dense":
-            from . import dense
-
-            scores = (dense.embed([question]) @ dense.embed([ch.text for ch in chunks]).T)[0]
-            timings["retrieval"] = time.perf_counter() - t1
-            return Ranking(method, chunks, scores.tolist(), select_top_n(scores, n), timings, notices)
-        keys, tokens = self.encoded(chunks)  # (M, L_p, d), M × (T_i, d)
-        timings["encode"] = time.perf_counter() - t1
+        store = MemoryStore([ch.text for ch in chunks])
+        if METHODS[method].model:
+            t1 = time.perf_counter()
+            keys, tokens = self.encoded(chunks)  # (M, L_p, d), M × (T_i, d)
+            timings["encode"] = time.perf_counter() - t1
+            store = MemoryStore(store.texts, keys, [(torch.cat(tokens), torch.tensor([len(t) for t in tokens]))])
         t2 = time.perf_counter()
-        if method == "sparse":
-            from . import sparse
-
-            qt = sparse.query_token_states(self.backbone, [question], self.head.config.chunk_layer)
-            lengths = torch.tensor([len(t) for t in tokens])
-            local = sparse.sparse_scores(qt, [(torch.cat(tokens), lengths)])
-            scores = sparse.fuse(local, sparse.pooled_scores(qt, keys.mean(1)))[0]
-            timings["retrieval"] = time.perf_counter() - t2
-            return Ranking(method, chunks, scores.tolist(), select_top_n(scores, n), timings, notices)
-        n_ctx = min(self.head.config.n_context, len(chunks))
-        context = [chunks[i].text for i in bm25.search([question], n_ctx)[0][0].tolist()] if n_ctx else []
-        q = self.head(self.backbone, [question], [context])[0]  # (G, d)
-        scores = maxsim(q, keys.to(q.device)).cpu()  # (M,)
-        selected = select_top_n(scores, n)
+        found = retrieve(store, self, [question], len(chunks), method)
         timings["retrieval"] = time.perf_counter() - t2
-        top = torch.topk(scores, min(len(chunks), max(n, 3))).indices.tolist()
-        sims = {i: (q.cpu() @ keys[i].T).tolist() for i in top}  # G × L_p per top chunk
-        if not self.trained:
-            notices.append("this head is UNTRAINED (random ρ): UNREAL scores are not meaningful yet")
-        return Ranking(method, chunks, scores.tolist(), selected, timings, notices, sims)
+        scores = torch.zeros(len(chunks)).scatter_(0, torch.tensor(found.ids[0]), torch.tensor(found.scores[0]))
+        sims = {}
+        if found.query_vectors is not None:
+            q, normed = found.query_vectors[0], store.scoring_keys(self.head.config.normalize)  # (G, d), (M, L_p, d)
+            top = torch.topk(scores, min(len(chunks), max(n, 3))).indices.tolist()
+            sims = {i: (q @ normed[i].T).tolist() for i in top}  # G × L_p per top chunk
+            if not self.trained:
+                notices.append("this head is UNTRAINED (random ρ): UNREAL scores are not meaningful yet")
+        return Ranking(method, chunks, scores.tolist(), select_top_n(scores, n), timings, notices, sims)
 
     def prompt(self, ranking: Ranking, question: str) -> list[int]:
         """Prompt ids for the selected chunks (document order) and the question (Eq. 7)."""
@@ -195,27 +195,38 @@ class Explorer:
                              f"of {self.backbone.max_positions:,} minus {max_new_tokens} for the answer")
         yield from stream_answer(self.backbone, ids, max_new_tokens)
 
-    def ask(self, docs: Sequence[str], question: str, n: int = 5, method: str = "unreal",
-            max_new_tokens: int = 48) -> dict:
-        """Rank, select and answer; the JSON-ready record of the CLI's ``ask --json``."""
+    def ask_stream(self, docs: Sequence[str], question: str, n: int = 5, method: str = "unreal",
+                   max_new_tokens: int = 48) -> Iterator[AskStep]:
+        """The one orchestrator of the CLI and the UI: chunk → encode → retrieve → select, then the
+        streamed answer. The first step carries the ranking and no text; every later step the answer so
+        far; ``timings["first_token"]`` is set once, when the first answer token exists, and
+        ``timings["total"]`` grows to the end (the last step has ``done``)."""
         t0 = time.perf_counter()
         ranking = self.rank(docs, question, n, method)
+        timings = dict(ranking.timings)
+        yield AskStep(ranking, "", 0, dict(timings))
         gen = Generation()
         for gen in self.stream(ranking, question, max_new_tokens):
-            if gen.tokens == 1:
-                gen.timings["ttft"] = time.perf_counter() - t0
-        timings = {k: round(v, 4) for k, v in ranking.timings.items()}
-        timings |= {"prefill": round(gen.timings.get("prefill", 0.0), 4),
-                    "first_token": round(gen.timings.get("ttft", time.perf_counter() - t0), 4),
-                    "total": round(time.perf_counter() - t0, 4)}
+            if gen.tokens >= 1 and "first_token" not in timings:
+                timings |= {"prefill": gen.timings["prefill"], "first_token": time.perf_counter() - t0}
+            yield AskStep(ranking, gen.text, gen.prompt_tokens, timings | {"total": time.perf_counter() - t0})
+        timings.setdefault("prefill", gen.timings.get("prefill", 0.0))
+        timings.setdefault("first_token", time.perf_counter() - t0)  # an empty answer: its end
+        yield AskStep(ranking, gen.text, gen.prompt_tokens, timings | {"total": time.perf_counter() - t0}, True)
+
+    def ask(self, docs: Sequence[str], question: str, n: int = 5, method: str = "unreal",
+            max_new_tokens: int = 48) -> dict:
+        """Rank, select and answer (:meth:`ask_stream` to the end); the JSON-ready record of ``ask --json``."""
+        *_, step = self.ask_stream(docs, question, n, method, max_new_tokens)
+        ranking = step.ranking
         scores = ranking.scores or [None] * len(ranking.chunks)
         return {
-            "method": method,
+            "method": ranking.method,
             "chunks": [ch.to_dict() | {"score": s} for ch, s in zip(ranking.chunks, scores, strict=True)],
             "selected": ranking.selected,
-            "answer": gen.text,
-            "prompt_tokens": gen.prompt_tokens,
-            "timings": timings,
+            "answer": step.text,
+            "prompt_tokens": step.prompt_tokens,
+            "timings": {k: round(v, 4) for k, v in step.timings.items()},
             "model": self.backbone.name,
             "head": self.head_source,
             "notices": ranking.notices,

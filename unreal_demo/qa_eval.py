@@ -29,17 +29,29 @@ from pathlib import Path
 
 from .backbone import cache_dir
 from .data import Question
+from .errors import UserError
 from .evaluation import mean_ci, sample_questions, wilson
 from .generation import prompt_ids
-from .index import Index, retrieve
+from .index import Index
 from .longcontext_eval import MAX_NEW_TOKENS, AnswerCache
+from .results import write_result
+from .retrieval import METHODS as RETRIEVERS
+from .retrieval import canonical, names, retrieve
 from .squad_metrics import contained, exact_match, f1
 
-METHODS = ("none", "oracle", "bm25", "dense", "sparse", "hybrid", "unreal")
-LABELS = {"none": "no context (question alone)", "oracle": "oracle (gold paragraph alone)",
-          "bm25": "BM25 (bm25s)", "dense": "dense MiniLM-L6-v2", "sparse": "sparse token matching (ℓc)",
-          "hybrid": "UNREAL + BM25 (RRF)", "unreal": "UNREAL (trained head)"}
+BOUNDS = {"none": "no context (question alone)", "oracle": "oracle (gold paragraph alone)"}
+METHODS = (*BOUNDS, *names("index"))
+LABELS = BOUNDS | {m: RETRIEVERS[m].label for m in names("index")}
 PLACEHOLDER = "\x00PASSAGES\x00"
+
+
+def check_methods(methods: Sequence[str]) -> list[str]:
+    """Registry names of the QA rows asked for (the two bounds and every index retriever)."""
+    out = [canonical(m) for m in methods]
+    bad = [m for m in out if m not in METHODS]
+    if bad:
+        raise UserError(f"unknown method {', '.join(bad)}; use {', '.join(METHODS)}")
+    return out
 
 
 def answer_cache() -> AnswerCache:
@@ -72,7 +84,7 @@ def questions(sample: int, seed: int) -> tuple[list[Question], dict[str, str]]:
 def _key(index: Index, explorer, method: str, qs: Sequence[Question], k: int) -> str:
     parts = [index.manifest["model"], index.manifest["revision"], index.manifest["chunks"],
              index.manifest["tokens"], explorer.backbone.revision, method, k, MAX_NEW_TOKENS, [q.id for q in qs]]
-    if method in ("unreal", "hybrid"):
+    if RETRIEVERS.get(method) is not None and RETRIEVERS[method].model:
         parts.append(explorer.head.digest())
     return hashlib.sha1(json.dumps(parts).encode()).hexdigest()[:16]
 
@@ -81,8 +93,7 @@ def run_method(index: Index, explorer, method: str, qs: Sequence[Question], gold
                k: int = 5, answers: AnswerCache | None = None,
                progress: Callable[[int, int], None] | None = None) -> dict:
     """Per-question rows (chunks, answer, EM, F1, contained, recall, template hash) of one method."""
-    if method not in METHODS:
-        raise ValueError(f"unknown method {method!r}; use one of {', '.join(METHODS)}")
+    (method,) = check_methods([method])
     path = cache_dir() / "qa" / f"{method}-{_key(index, explorer, method, qs, k)}.json"
     if path.exists():
         return json.loads(path.read_text())
@@ -91,7 +102,7 @@ def run_method(index: Index, explorer, method: str, qs: Sequence[Question], gold
     if method in ("none", "oracle"):
         picked: list[list[int]] = [[] for _ in qs]
     else:
-        ranked, _, _ = retrieve(index, explorer, [q.text for q in qs], k, method)
+        ranked = retrieve(index, explorer, [q.text for q in qs], k, method).ids
         picked = [sorted(row[:k]) for row in ranked]  # index (document) order, as UNREAL selects
     retrieval_s, rows = time.perf_counter() - t0, []
     for j, (q, ids) in enumerate(zip(qs, picked, strict=True)):
@@ -151,6 +162,7 @@ def run_qa_eval(explorer, index: Index, sample: int = 100, methods: Sequence[str
                 seed: int = 0, out: str | Path | None = None,
                 progress: Callable[[str, int, int], None] | None = None) -> dict:
     """Every method on the same questions; the summary table (and the rows) as a dict."""
+    methods = check_methods(methods)
     index.check_backbone(explorer.backbone, explorer.head.config.chunk_layer)
     qs, gold_text = questions(sample, seed)
     answers = answer_cache()
@@ -161,11 +173,8 @@ def run_qa_eval(explorer, index: Index, sample: int = 100, methods: Sequence[str
         "setting": f"{len(qs)} held-out SQuAD-Shifts New-Wiki questions (seed {seed}); top-{k} chunks from the "
                    f"{index.manifest['chunks']:,}-chunk index ({index.manifest['passages']:,} passages); "
                    f"greedy, {MAX_NEW_TOKENS} new tokens; model {explorer.backbone.name}; head {explorer.head_source}",
-        "command": f"python -m unreal_demo eval qa --sample {sample} --methods {','.join(methods)} --k {k}",
         "k": k, "table": table, "markdown": markdown(table, k),
         "answers": {r["method"]: [{"id": x["id"], "answer": x["answer"], "chunks": x["chunks"]} for x in r["rows"]]
                     for r in results},
     }
-    if out:
-        Path(out).write_text(json.dumps(result, indent=1))
-    return result
+    return write_result(result, out, explorer)

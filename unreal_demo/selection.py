@@ -29,10 +29,9 @@ def select_top_n(scores: torch.Tensor | np.ndarray, n: int) -> list[int]:
     return sorted(torch.topk(scores, n).indices.tolist())
 
 
-def rank(scores: torch.Tensor | np.ndarray, k: int) -> list[int]:
-    """Indices of the ``k`` best scores, best first."""
-    scores = torch.as_tensor(scores)
-    return torch.topk(scores, min(k, scores.numel())).indices.tolist()
+def bm25s_tokens(queries: Sequence[str]) -> list[list[str]]:
+    """Each query as the stemmed, stop-word-free token strings BM25 scores with."""
+    return bm25s.tokenize(list(queries), stopwords="en", stemmer=_STEMMER, show_progress=False, return_ids=False)
 
 
 class BM25:
@@ -63,8 +62,7 @@ class BM25:
 
     def scores(self, query: str) -> np.ndarray:
         """BM25 score of every indexed text for one query, ``(M,)``."""
-        tokens = bm25s.tokenize([query], stopwords="en", stemmer=_STEMMER, show_progress=False,
-                                return_ids=False)[0]
+        tokens = bm25s_tokens([query])[0]
         if not tokens:  # only stop words or punctuation: nothing matches
             return np.zeros(self.size, dtype=np.float32)
         return self.retriever.get_scores(tokens)

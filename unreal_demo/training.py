@@ -42,6 +42,7 @@ from tqdm import tqdm
 from .backbone import DEFAULT_MODEL, load_backbone
 from .data import SOURCES, SQUAD_FORMAT, Passage, Question, article_split
 from .encoding import cached_encode
+from .errors import UserError
 from .head import HeadConfig, QueryHead
 from .maxsim import maxsim_reference, normalize_chunks
 from .selection import BM25
@@ -84,7 +85,7 @@ HELD_OUT = ("new_wiki", "amazon")  # evaluation sets: never trained on
 RESUMABLE = ("steps", "checkpoint_every", "dev_every")
 
 
-class TrainError(ValueError):
+class TrainError(UserError, ValueError):
     """A training request that cannot run as given (held-out source, resume with other settings)."""
 
 

@@ -7,10 +7,10 @@ import json
 import gradio as gr
 
 from .. import plots
-from ..backbone import BackboneError
+from ..errors import InputError, UserError
 from ..intrinsic import gold_rank, intrinsic_scores
 from ..paths import PRECOMPUTED
-from ..pipeline import Explorer, InputError, check_inputs
+from ..pipeline import Explorer, check_inputs
 from .gpu import on_gpu
 from .long_document import load_examples
 
@@ -78,7 +78,7 @@ def build_tab(explorer: Explorer) -> None:
             return (plots.layer_head_heatmap(ranks.tolist(), f"rank of chunk {cid} ({m}, {view})"),
                     plots.layer_chunk_heatmap(z.tolist(), f"chunk scores by layer ({m}, {view}, mean over heads)"),
                     text, top_chunk(at_layer, mine), mine)
-        except (InputError, BackboneError) as exc:
+        except UserError as exc:
             raise gr.Error(str(exc)) from None
 
     def top_chunk(at: float, mine: dict) -> str:

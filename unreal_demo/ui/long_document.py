@@ -10,14 +10,15 @@ import gradio as gr
 import pandas as pd
 
 from .. import plots
-from ..backbone import BackboneError
+from ..errors import InputError, UserError
 from ..generation import fits_window, prompt_ids
-from ..head import HeadError
-from ..pipeline import MAX_CHARS, METHODS, Explorer, InputError, Ranking
+from ..paths import ASSETS
+from ..pipeline import MAX_CHARS, AskStep, Explorer, Ranking
+from ..retrieval import names
 from ..textio import decode_text
 from .gpu import on_gpu
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "assets" / "examples"
+EXAMPLES = ASSETS / "examples"
 MAX_UPLOAD_BYTES = 8 * MAX_CHARS // 2
 
 
@@ -53,13 +54,12 @@ def selected_table(ranking: Ranking) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["chunk", "doc", "tokens", "score", "text"])
 
 
-def timing_table(explorer: Explorer, ranking: Ranking, question: str, gen_timings: dict, prompt_len: int,
-                 full: dict | None) -> pd.DataFrame:
-    """Chosen method against full context: prompt tokens and measured seconds."""
-    t = ranking.timings
-    rows = [{"method": ranking.method, "prompt tokens": prompt_len, "encode s": round(t.get("encode", 0.0), 3),
-             "retrieval s": round(t.get("retrieval", 0.0), 3), "prefill s": round(gen_timings.get("prefill", 0), 3),
-             "time to first token s": round(gen_timings.get("ttft", 0.0), 3)}]
+def timing_table(explorer: Explorer, step: AskStep, question: str, full: dict | None) -> pd.DataFrame:
+    """Chosen method against full context: prompt tokens and measured seconds (from :meth:`Explorer.ask_stream`)."""
+    t, ranking = step.timings, step.ranking
+    rows = [{"method": ranking.method, "prompt tokens": step.prompt_tokens, "encode s": round(t.get("encode", 0.0), 3),
+             "retrieval s": round(t.get("retrieval", 0.0), 3), "prefill s": round(t.get("prefill", 0.0), 3),
+             "time to first token s": round(t["first_token"], 3)}]
     if ranking.method != "full":
         n_full = len(prompt_ids(explorer.backbone, [c.text for c in ranking.chunks], question))
         row = {"method": "full context", "prompt tokens": n_full, "encode s": 0.0, "retrieval s": 0.0}
@@ -85,7 +85,7 @@ def build_tab(explorer: Explorer) -> None:
         with gr.Column(scale=2):
             question = gr.Textbox(label="Question", lines=2)
             n = gr.Slider(1, 30, value=5, step=1, label="n (chunks to select)")
-            method = gr.Radio(list(METHODS), value="unreal", label="Method")
+            method = gr.Radio(names("document"), value="unreal", label="Method")
             also_full = gr.Checkbox(label="also time full context (slow on CPU)", value=False)
             run = gr.Button("Select evidence and answer", variant="primary")
             notice = gr.Markdown(status, elem_classes=["unreal-notice"] if status else None)
@@ -105,24 +105,18 @@ def build_tab(explorer: Explorer) -> None:
             progress=gr.Progress()):  # noqa: B008 (Gradio's idiom for progress tracking)
         try:
             progress(0.1, desc="chunking and encoding")
-            ranking = explorer.rank([doc or ""], q or "", int(n_sel), meth)
-            bar_fig, heat_fig = plots.chunk_scores(ranking), plots.group_heatmap(ranking)
-            table = selected_table(ranking)
-            notes = "\n".join(f"- {m}" for m in ranking.notices)
-            progress(0.5, desc="answering")
-            t0 = time.perf_counter()
-            gen_t, prompt_len, text_out = {}, 0, ""
-            for gen in explorer.stream(ranking, q):
-                gen_t = dict(gen.timings)
-                gen_t.setdefault("ttft", sum(ranking.timings.values()) + time.perf_counter() - t0)
-                prompt_len, text_out = gen.prompt_tokens, gen.text
-                yield text_out, bar_fig, heat_fig, table, None, notes or status
-            full = None
-            if full_too and meth != "full":
-                full = _time_full(explorer, ranking, q)
-            yield text_out, bar_fig, heat_fig, table, timing_table(explorer, ranking, q, gen_t, prompt_len, full), \
-                notes or status
-        except (InputError, BackboneError, HeadError) as exc:
+            for step in explorer.ask_stream([doc or ""], q or "", int(n_sel), meth):
+                if not step.prompt_tokens:  # the first step: the ranking, before any answer
+                    ranking = step.ranking
+                    bar_fig, heat_fig = plots.chunk_scores(ranking), plots.group_heatmap(ranking)
+                    table = selected_table(ranking)
+                    notes = "\n".join(f"- {m}" for m in ranking.notices)
+                    progress(0.5, desc="answering")
+                if not step.done:
+                    yield step.text, bar_fig, heat_fig, table, None, notes or status
+            full = _time_full(explorer, ranking, q) if full_too and meth != "full" else None
+            yield step.text, bar_fig, heat_fig, table, timing_table(explorer, step, q, full), notes or status
+        except UserError as exc:
             raise gr.Error(str(exc)) from None
 
     examples = load_examples() if (EXAMPLES / "examples.json").exists() else []

@@ -8,6 +8,7 @@ import gradio as gr
 import pandas as pd
 
 from .. import plots
+from ..errors import UserError
 from ..longcontext import label
 from ..paths import PRECOMPUTED
 from ..pipeline import Explorer
@@ -78,9 +79,11 @@ def build_tab(explorer: Explorer) -> None:
 
         if not ns:
             raise gr.Error("pick at least one n")
-        lengths_ = parse_lengths(length_label)
-        out = run_benchmark(explorer, int(sample), lengths_, sorted(int(n) for n in ns), ("unreal", "bm25", "full"),
-                            progress=lambda f, d: progress(f, desc=d))
+        try:
+            out = run_benchmark(explorer, int(sample), parse_lengths(length_label), sorted(int(n) for n in ns),
+                                ("unreal", "bm25", "full"), progress=lambda f, d: progress(f, desc=d))
+        except UserError as exc:
+            raise gr.Error(str(exc)) from None
         rows = out["table"]
         figs = draw(length_label, metric_name, rows)
         note = f"Live: {out['setting']} — {out['wall_seconds']:.0f} s."

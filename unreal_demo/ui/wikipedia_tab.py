@@ -14,9 +14,11 @@ import plotly.graph_objects as go
 from .. import index as ix
 from .. import plots
 from ..data import load_corpus
+from ..errors import UserError
 from ..generation import prompt_ids, stream_answer
-from ..paths import PRECOMPUTED
-from ..pipeline import Explorer, InputError
+from ..paths import PRECOMPUTED, display_path
+from ..pipeline import Explorer
+from ..retrieval import names
 from .gpu import on_gpu
 
 CORPORA = {"new_wiki": "SQuAD-Shifts New-Wiki paragraphs (1,581)", "squad_dev": "SQuAD v1.1 dev paragraphs (2,067)",
@@ -66,7 +68,7 @@ def build_tab(explorer: Explorer) -> None:
     with gr.Row():
         query = gr.Textbox(label="Query", scale=3)
         k = gr.Slider(1, 50, value=10, step=1, label="k")
-        method = gr.Radio(list(ix.METHODS), value="unreal", label="method")
+        method = gr.Radio(names("index"), value="unreal", label="method")
         go_btn = gr.Button("Search", variant="primary")
     chart = gr.Plot()
     gr.Markdown("*What to look for:* a large gap between the first hit and the rest marks a confident match; "
@@ -87,7 +89,7 @@ def build_tab(explorer: Explorer) -> None:
         with lock:
             try:
                 state[name] = ix.Index(path, verify=False)
-                return f"loaded {len(state[name]):,} chunks from `{path}`"
+                return f"loaded {len(state[name]):,} chunks from `{display_path(path)}`"
             except ix.IndexStoreError:
                 pass
             t0 = time.perf_counter()
@@ -107,9 +109,9 @@ def build_tab(explorer: Explorer) -> None:
                                m.get("shard_size", 1024), progress=report, dense=m.get("dense", True),
                                token_states=m.get("token_states", False))
                 state[name] = ix.Index(path)
-            except ix.IndexStoreError as exc:
+            except UserError as exc:
                 raise gr.Error(str(exc)) from None
-        return f"built {len(state[name]):,} chunks in {time.perf_counter() - t0:.0f} s at `{path}`"
+        return f"built {len(state[name]):,} chunks in {time.perf_counter() - t0:.0f} s at `{display_path(path)}`"
 
     def do_search(q: str, k_: float, m: str, name: str = "all"):
         if not q or not q.strip():
@@ -120,7 +122,7 @@ def build_tab(explorer: Explorer) -> None:
             k_ = max(1, min(int(k_), 100))
             result = ix.search(state[name], explorer, q, k_, m)
             bm25 = ix.search(state[name], explorer, q, 100, "bm25")
-        except (ix.IndexStoreError, InputError, ValueError) as exc:
+        except UserError as exc:
             raise gr.Error(str(exc)) from None
         bm25_rank = {h["id"]: h["rank"] for h in bm25["hits"]}
         fig = go.Figure(go.Bar(x=[f"{h['rank']}. {h['title'][:24]}" for h in result["hits"]],
