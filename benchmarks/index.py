@@ -29,9 +29,10 @@ import numpy as np
 import torch
 from encode import raw_forward  # a sibling benchmark script (its folder is on sys.path)
 
+from unreal_demo.codec import quantize_int8
 from unreal_demo.data import load_squad
 from unreal_demo.encoding import encode_chunks, padded_batch, token_batches, tokenize_chunks
-from unreal_demo.index import Index, default_folder, quantize_int8
+from unreal_demo.index import Index, default_folder
 from unreal_demo.maxsim import maxsim
 from unreal_demo.pipeline import Explorer
 

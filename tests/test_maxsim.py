@@ -36,7 +36,7 @@ class TestMaxSim:
     def test_normalized_scan_scales_similarities_not_keys(self):
         """normalize=True (per block, or with precomputed 1/‖k‖) equals scoring L2-normalised keys, for fp16
         and for int8 (whose scale cancels)."""
-        from unreal_demo.index import quantize_int8
+        from unreal_demo.codec import quantize_int8
 
         torch.manual_seed(3)
         q, k = torch.randn(2, 4, 24), torch.randn(300, 7, 24) * torch.rand(300, 7, 1) * 5

@@ -7,10 +7,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
+from pathlib import Path
 
 from . import retrieval
 from .backbone import DEFAULT_MODEL
+from .codec import CODECS
 from .errors import InputError, UserError
 
 
@@ -68,7 +71,7 @@ def _eval(args: argparse.Namespace) -> None:
 
         methods = check_methods(args.methods.split(",") if args.methods else list(QA_METHODS))
         explorer = Explorer.load(args.model, head=args.head, require_head=True)
-        folder = args.index or index.default_folder(explorer, "all")
+        folder = args.index or index.default_index(explorer)
         bar = tqdm(unit="question")
         result = run_qa_eval(explorer, index.Index(folder, verify=False), args.sample, methods, args.k, args.seed,
                              args.out, progress=lambda m, d, t: (bar.set_description(f"qa {m}"),
@@ -83,7 +86,7 @@ def _eval(args: argparse.Namespace) -> None:
 
         methods = retrieval.check(args.methods.split(",") if args.methods else retrieval.names("index"), "index")
         explorer = Explorer.load(args.model, head=args.head, require_head=True)
-        ix = index.Index(args.index or index.default_folder(explorer, "all"), verify=False)
+        ix = index.Index(args.index or index.default_index(explorer), verify=False)
         result = run_index_retrieval_eval(explorer, ix, args.sample, methods, args.seed, args.out)
         print(json.dumps(result) if args.json else result["markdown"])
         return
@@ -143,10 +146,14 @@ def _index(args: argparse.Namespace) -> None:
 
     if args.action == "search" and (not args.query or not args.query.strip()):
         raise InputError("the query is empty")
-    if args.action == "build" and not args.out:
-        raise InputError("index build needs --out DIR")
-    if args.action == "search" and not args.index:
-        raise InputError("index search needs --index DIR")
+    if args.action in ("build", "compress") and not args.out:
+        raise InputError(f"index {args.action} needs --out DIR")
+    if args.action == "compress":
+        if not args.source:
+            raise InputError("index compress needs --from DIR")
+        manifest = index.compress_index(args.source, args.out, args.codec, args.centroids)
+        print(json.dumps({k: v for k, v in manifest.items() if k != "shards"} | {"shards": len(manifest["shards"])}))
+        return
     if args.action == "build":
         from accelerate import PartialState
         from tqdm import tqdm
@@ -159,17 +166,23 @@ def _index(args: argparse.Namespace) -> None:
         c = explorer.head.config
         bar = tqdm(desc=f"index build (process {state.process_index + 1}/{state.num_processes})", unit="chunk",
                    disable=not state.is_main_process, smoothing=0.05)
-        manifest = index.build_index(args.out, explorer.backbone, passages, args.chunk_layer or c.chunk_layer,
-                                     args.n_pool or c.n_pool, args.dtype, args.shard_size,
+        lossy = args.codec in index.LOSSY  # built in fp16 beside --out, then compressed into --out
+        folder = Path(args.out + ".fp16-build") if lossy else Path(args.out)
+        manifest = index.build_index(folder, explorer.backbone, passages, args.chunk_layer or c.chunk_layer,
+                                     args.n_pool or c.n_pool, "fp16" if lossy else args.codec, args.shard_size,
                                      progress=lambda d, t: (setattr(bar, "total", t), bar.update(d - bar.n)),
                                      token_states=args.token_states, dense=args.dense, state=state)
         bar.close()
+        if lossy and state.is_main_process:
+            manifest = index.compress_index(folder, args.out, args.codec, args.centroids)
+            shutil.rmtree(folder)
         if state.is_main_process:
             summary = {k: v for k, v in manifest.items() if k != "shards"}
             print(json.dumps(summary | {"shards": len(manifest["shards"])}))
         return
     explorer = Explorer.load(args.model, head=args.head)
-    result = index.search(index.Index(args.index), explorer, args.query, args.k, args.method)
+    result = index.search(index.Index(args.index or index.default_index(explorer)), explorer, args.query, args.k,
+                          args.method)
     if args.json:
         print(json.dumps(result))
     else:
@@ -292,11 +305,15 @@ def build_parser() -> argparse.ArgumentParser:
     fl.set_defaults(func=_flops)
 
     ix = sub.add_parser("index", help="build or search a sharded corpus index")
-    ix.add_argument("action", choices=["build", "search"])
-    ix.add_argument("--out", help="index folder to build")
+    ix.add_argument("action", choices=["build", "search", "compress"])
+    ix.add_argument("--out", help="index folder to build or to compress into")
+    ix.add_argument("--from", dest="source", help="compress: the built index to compress (nothing is re-encoded)")
+    ix.add_argument("--codec", choices=list(CODECS), default="fp16",
+                    help="key codec: fp16 | int8 | sq4 (4-bit per dimension) | res2 / res1 (k-means centroid + "
+                         "2 / 1-bit residual per dimension)")
+    ix.add_argument("--centroids", type=int, default=4096, help="res2/res1: k-means centroids")
     ix.add_argument("--corpus", nargs="+", default=["all"],
                     help="new_wiki | squad_dev | summaries | enwiki | all | a JSONL of {id, title, text}")
-    ix.add_argument("--dtype", choices=["fp16", "int8"], default="fp16")
     ix.add_argument("--shard-size", type=int, default=1024, help="chunks per shard (the unit of resume)")
     ix.add_argument("--chunk-layer", type=int, default=None, help="ℓc (default: the head's)")
     ix.add_argument("--n-pool", type=int, default=None, help="L_p (default: the head's)")
@@ -304,7 +321,7 @@ def build_parser() -> argparse.ArgumentParser:
     ix.add_argument("--dense", action=argparse.BooleanOptionalAction, default=True,
                     help="also store MiniLM embeddings (method dense)")
     ix.add_argument("--cpu", action="store_true", help="keep every process on the CPU under accelerate launch")
-    ix.add_argument("--index", help="index folder to search")
+    ix.add_argument("--index", help="index folder to search (default: the built or shipped index of corpus all)")
     ix.add_argument("--query")
     ix.add_argument("--k", type=int, default=10)
     ix.add_argument("--method", choices=retrieval.names("index") + list(retrieval.ALIASES)[:1], default="unreal",

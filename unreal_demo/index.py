@@ -2,28 +2,29 @@
 
 Layout of an index folder::
 
-    manifest.json        model id + revision, ℓc, L_p, d, dtype, counts, per-shard SHA-256, settings
-    chunks.jsonl         one line per chunk: id, passage id, title, source, text
+    manifest.json        model id + revision, ℓc, L_p, d, codec ("dtype"), counts, per-shard SHA-256, settings
+    chunks.jsonl[.gz]    one line per chunk: id, passage id, title, source, text
     shard_00000.npy      (n, L_p, d) float16 — or int8 with shard_00000.scale.npy (n, L_p) float16
-    bm25/                the bm25s index over the same chunks
+    shard_00000.codes.npy, shard_00000.cid.npy   the codes of a compressed index (:mod:`codec`)
+    codec.npz            the fitted codec of a compressed index (centroids, buckets, ranges)
+    bm25/                the bm25s index over the same chunks (rebuilt in memory when absent)
 
 The index depends only on the backbone and ℓc, never on the trained ρ/α, so a retrained head
 searches the same index (``"head_independent": true`` in the manifest). A build writes each shard
 to a temporary name, renames it, then records its checksum in the manifest: a killed build resumes
 after the last recorded shard and search never reads a half-written one.
 
-Example
--------
->>> x = np.array([[[0.5, -1.0]]], dtype=np.float32)
->>> q, s = quantize_int8(x)
->>> q.tolist(), round(float(s[0, 0]) * 127, 3)
-([[[64, -127]]], 1.0)
+A compressed index (``sq4``, ``res2``, ``res1``) is made from a built one by :func:`compress_index`
+without re-encoding any chunk; its shards are decoded once per opened index (kept as fp16, the
+size of an fp16 index in memory) and scanned exactly as an fp16 index.
 """
 
 from __future__ import annotations
 
 import functools
+import gzip
 import json
+import shutil
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -34,6 +35,9 @@ import torch
 
 from .backbone import Backbone
 from .chunking import chunk_documents, tokenizer_counters
+from .codec import CODECS, LOSSY, Codec, quantize_int8
+from .codec import fit as fit_codec
+from .codec import load as load_codec
 from .data import Passage, sha256_file
 from .encoding import encode_chunks
 from .errors import UserError
@@ -43,12 +47,6 @@ from .selection import BM25, bm25s_tokens
 
 class IndexStoreError(UserError, RuntimeError):
     """An index that is missing, corrupted, or built for another model or ℓc."""
-
-
-def quantize_int8(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Symmetric per-vector int8 scalar quantisation: ``x ≈ q · scale`` (scale = max|x| / 127)."""
-    scale = np.maximum(np.abs(x).max(-1), 1e-12) / 127.0  # (n, L_p)
-    return np.round(x / scale[..., None]).astype(np.int8), scale.astype(np.float16)
 
 
 def _write_json(path: Path, obj: dict) -> None:
@@ -109,7 +107,8 @@ def build_index(
         If ``out`` holds an index of another model, revision, ℓc, L_p, dtype or corpus.
     """
     if dtype not in ("fp16", "int8"):
-        raise ValueError(f"dtype must be fp16 or int8, got {dtype!r}")
+        raise IndexStoreError(f"an index is encoded as fp16 or int8 (got {dtype!r}); "
+                              "compress it afterwards with `index compress --codec`")
     state = state or _Single()
     out = Path(out)
     identity = {"model": backbone.name, "revision": backbone.revision, "chunk_layer": layer, "n_pool": n_pool,
@@ -181,17 +180,62 @@ def build_index(
     return json.loads(manifest_path.read_text())
 
 
-ROLES = (("scale", ".scale.npy"), ("tokens", "tokens_"), ("lengths", "lengths_"), ("dense", "dense_"),
-         ("keys", "shard_"))
+def compress_index(src: str | Path, out: str | Path, codec: str, centroids: int = 4096, sample: int = 262144,
+                   dense: bool = True, bm25: bool = False, seed: int = 0) -> dict:
+    """Write a compressed copy of the index in ``src`` to ``out`` without re-encoding any chunk.
+
+    The codec is fitted on (a seeded sample of at most ``sample``) stored vectors; every shard is
+    decoded from ``src`` and re-encoded. The chunk texts are gzipped; the MiniLM vectors (``dense``)
+    are kept as int8 with a per-chunk scale; token states are left out; the BM25 index is copied only
+    with ``bm25`` (else rebuilt in memory at load). Returns the manifest.
+
+    Raises
+    ------
+    IndexStoreError
+        ``src`` is not a complete index, or ``out`` holds something else.
+    """
+    if codec not in CODECS:
+        raise IndexStoreError(f"unknown codec {codec!r}; use one of {', '.join(CODECS)}")
+    source, out = Index(src), Path(out)
+    if (out / "manifest.json").exists():
+        raise IndexStoreError(f"{out} already holds an index; use another folder")
+    out.mkdir(parents=True, exist_ok=True)
+    vectors = [source.vectors(sh).numpy() for sh in source.shards]  # (n, L_p, d) each
+    flat = np.concatenate([v.reshape(-1, v.shape[-1]) for v in vectors])
+    pick = np.random.default_rng(seed).permutation(len(flat))[:sample]
+    t0 = time.perf_counter()
+    fitted = fit_codec(codec, flat[np.sort(pick)], centroids, seed)
+    fit_seconds = time.perf_counter() - t0
+    m = dict(source.manifest)
+    if codec in LOSSY:
+        fitted.save(out / "codec.npz")
+        m["codec_sha256"] = sha256_file(out / "codec.npz")
+    shards = []
+    for n, (v, sh) in enumerate(zip(vectors, source.shards, strict=True)):
+        files = {f"shard_{n:05d}" + ("" if role == "keys" else f".{role}") + ".npy": arr
+                 for role, arr in fitted.encode(v).items()}
+        if dense and "dense" in sh:
+            q, scale = quantize_int8(np.asarray(sh["dense"], dtype=np.float32))
+            files |= {f"dense_{n:05d}.npy": q, f"dense_{n:05d}.dscale.npy": scale}
+        shards.append({"n": int(len(v)), "files": {name: _save(out, name, arr) for name, arr in files.items()}})
+    with (source.folder / "chunks.jsonl").open("rb") as f, gzip.open(out / "chunks.jsonl.gz", "wb", 9) as g:
+        shutil.copyfileobj(f, g)
+    if bm25:
+        shutil.copytree(source.folder / "bm25", out / "bm25")
+    m |= {"dtype": codec, "shards": shards, "token_states": False, "dense": bool(dense and m.get("dense")),
+          "compressed": {"from_codec": source.manifest["dtype"], "centroids": int(fitted.state["centroids"].shape[0])
+                         if "centroids" in fitted.state else None, "fit_vectors": int(min(sample, len(flat))),
+                         "fit_seconds": round(fit_seconds, 1)}}
+    _write_json(out / "manifest.json", m)
+    return m
+
+
+ROLES = (("scale", ".scale.npy"), ("codes", ".codes.npy"), ("cid", ".cid.npy"), ("dense_scale", ".dscale.npy"),
+         ("tokens", "tokens_"), ("lengths", "lengths_"), ("dense", "dense_"), ("keys", "shard_"))
 
 
 def _role(name: str) -> str:
     return next(role for role, mark in ROLES if mark in name)
-
-
-def _dequantize(shard: dict) -> torch.Tensor:
-    keys = torch.from_numpy(shard["keys"]).float()  # (n, L_p, d)
-    return keys if "scale" not in shard else keys * torch.from_numpy(shard["scale"]).float()[..., None]
 
 
 class Index:
@@ -216,7 +260,13 @@ class Index:
             done = len(list(self.folder.glob("shard_*.json")))
             raise IndexStoreError(f"{self.folder}: build incomplete ({done}/{n_shards} shards); "
                                   "run the build again to resume")
-        self.shards: list[dict] = []  # per shard: keys, and scale / tokens / lengths / dense
+        self.codec = Codec(self.manifest["dtype"])
+        if self.codec.name in LOSSY:
+            path = self.folder / "codec.npz"
+            if not path.exists() or (verify and sha256_file(path) != self.manifest.get("codec_sha256")):
+                raise IndexStoreError(f"{path} is missing or fails its checksum; compress the index again")
+            self.codec = load_codec(path)
+        self.shards: list[dict] = []  # per shard: keys or codes, and scale / tokens / lengths / dense
         for entry in self.manifest["shards"]:
             arrays = {}
             for name, digest in entry["files"].items():
@@ -235,9 +285,24 @@ class Index:
     @property
     def chunks(self) -> list[dict]:
         if self._chunks is None:
-            with (self.folder / "chunks.jsonl").open(encoding="utf-8") as f:
+            plain = self.folder / "chunks.jsonl"
+            with (plain.open(encoding="utf-8") if plain.exists()
+                  else gzip.open(self.folder / "chunks.jsonl.gz", "rt", encoding="utf-8")) as f:
                 self._chunks = [json.loads(line) for line in f]
         return self._chunks
+
+    def keys(self, shard: dict) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """A shard's stored keys as the scan reads them, and the int8 scale (or None); a compressed
+        shard is decoded on first use and kept as fp16 (unit vectors)."""
+        if "keys" not in shard:
+            shard["keys"] = self.codec.decode(shard).astype(np.float16)  # (n, L_p, d)
+        scale = shard.get("scale")
+        return torch.from_numpy(shard["keys"]), None if scale is None else torch.from_numpy(scale)
+
+    def vectors(self, shard: dict) -> torch.Tensor:
+        """A shard's chunk vectors ``(n, L_p, d)`` float32 (dequantised or decoded)."""
+        keys, scale = self.keys(shard)
+        return keys.float() if scale is None else keys.float() * scale.float()[..., None]
 
     def check_backbone(self, backbone: Backbone, layer: int) -> None:
         m = self.manifest
@@ -246,10 +311,12 @@ class Index:
                                   f"the loaded model is {backbone.name} ({backbone.revision}) with ℓc={layer}")
 
     def bm25(self):
+        """The bm25s index: loaded from ``bm25/``, or built in memory from the chunk texts (seconds)."""
         if self._bm25 is None:
             import bm25s
 
-            self._bm25 = bm25s.BM25.load(str(self.folder / "bm25"))
+            folder = self.folder / "bm25"
+            self._bm25 = bm25s.BM25.load(str(folder)) if folder.exists() else BM25(self.texts).retriever
         return self._bm25
 
     @functools.cached_property
@@ -308,11 +375,10 @@ class Index:
         scores ``(B, k)`` and chunk ids ``(B, k)``, best first.
         """
         def score(shard: dict) -> torch.Tensor:
-            keys, scale = torch.from_numpy(shard["keys"]), shard.get("scale")
+            keys, scale = self.keys(shard)
             if normalize and "inv_norm" not in shard:
                 shard["inv_norm"] = inverse_norms(keys)  # (n, L_p), once per opened index
-            return maxsim(q, keys, block, normalize, None if scale is None else torch.from_numpy(scale),
-                          shard.get("inv_norm"))
+            return maxsim(q, keys, block, normalize, scale, shard.get("inv_norm"))
 
         return self._stream_topk(k, q.shape[0], score, shards)
 
@@ -324,7 +390,14 @@ class Index:
     def dense_topk(self, qv: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Cosine of MiniLM query embeddings ``(B, 384)`` with the stored chunk embeddings, top-k."""
         self._need("dense", "--dense")
-        return self._stream_topk(k, qv.shape[0], lambda sh: qv @ torch.from_numpy(sh["dense"]).float().T)
+
+        def score(sh: dict) -> torch.Tensor:
+            vectors = torch.from_numpy(sh["dense"]).float()  # (n, 384), fp16 or int8 with a per-chunk scale
+            if "dense_scale" in sh:
+                vectors = vectors * torch.from_numpy(sh["dense_scale"]).float()[:, None]
+            return qv @ vectors.T
+
+        return self._stream_topk(k, qv.shape[0], score)
 
     def sparse_topk(self, query_tokens: Sequence[torch.Tensor], k: int,
                     alpha: float = 0.5) -> tuple[torch.Tensor, torch.Tensor]:
@@ -335,7 +408,7 @@ class Index:
         self._need("token_states", "--token-states")
         parts = [(torch.from_numpy(sh["tokens"]), torch.from_numpy(sh["lengths"])) for sh in self.shards]
         local = sparse.sparse_scores(query_tokens, parts)  # (B, M)
-        means = torch.cat([_dequantize(sh).mean(1) for sh in self.shards])  # (M, d)
+        means = torch.cat([self.vectors(sh).mean(1) for sh in self.shards])  # (M, d)
         fused = sparse.fuse(local, sparse.pooled_scores(query_tokens, means), alpha)
         return torch.topk(fused, min(k, len(self)), dim=1)
 
@@ -357,12 +430,31 @@ def sharded_maxsim_topk(index: Index, q: torch.Tensor, k: int, normalize: bool =
     return best, torch.cat(all_i, 1).gather(1, pick)
 
 
+def _index_name(explorer, corpus: str) -> str:
+    return f"{explorer.backbone.name.replace('/', '_')}-l{explorer.head.config.chunk_layer}-{corpus}"
+
+
 def default_folder(explorer, corpus: str) -> Path:
-    """Where the app and the CLI keep the index of a built-in corpus for this model and ℓc."""
+    """Where the app and the CLI build the index of a built-in corpus for this model and ℓc (the cache)."""
     from .backbone import cache_dir
 
-    name = explorer.backbone.name.replace("/", "_")
-    return cache_dir() / "indexes" / f"{name}-l{explorer.head.config.chunk_layer}-{corpus}"
+    return cache_dir() / "indexes" / _index_name(explorer, corpus)
+
+
+def shipped_folder(explorer, corpus: str = "all") -> Path:
+    """Where the repository ships a compressed index for this model, ℓc and corpus (it may not exist)."""
+    from .paths import PRECOMPUTED
+
+    return PRECOMPUTED / "index" / _index_name(explorer, corpus)
+
+
+def default_index(explorer, corpus: str = "all") -> Path:
+    """The index to open by default: one built in the cache, else the shipped one, else the cache folder
+    (where a build would go; opening it says that nothing is built yet)."""
+    built, shipped = default_folder(explorer, corpus), shipped_folder(explorer, corpus)
+    if not (built / "manifest.json").exists() and (shipped / "manifest.json").exists():
+        return shipped
+    return built
 
 
 def search(index: Index, explorer, query: str, k: int = 10, method: str = "unreal") -> dict:
