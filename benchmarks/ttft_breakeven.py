@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 from unreal_demo import flops
+from unreal_demo.chunking import CHUNK_TOKENS
 from unreal_demo.data import load_essays
 from unreal_demo.generation import fits_window, prompt_ids, stream_answer
 from unreal_demo.pipeline import Explorer
@@ -96,7 +97,8 @@ def main() -> None:
               + (f"{f:.2f} s; UNREAL/full = {ratio:.2f}" if f else "does not fit the window"), flush=True)
     c = ex.head.config
     spec = flops.spec_from_config(ex.backbone.model.config, c.chunk_layer, args.model)
-    setting = flops.Setting(n=args.n, T=141, T_q=16, T_g=1, x_ret=c.n_context * c.context_tokens + 16 + c.n_ret + 1)
+    setting = flops.Setting(n=args.n, T=CHUNK_TOKENS, T_q=16, T_g=1,
+                            x_ret=c.n_context * c.context_tokens + 16 + c.n_ret + 1)
     star, cross = flops.n_star(spec, setting), crossover(summary)
     print(f"measured crossover: {cross:,.0f} tokens" if cross else "measured crossover: not within the lengths")
     print(f"Eq. 10 N* for {args.model} (n={args.n}, |x_ret|={setting.xret}): {star:,.0f} tokens")

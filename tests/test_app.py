@@ -43,6 +43,27 @@ def test_ask_endpoint_unreal(client):
     assert "UNTRAINED" in notice
 
 
+def test_tab_time_to_first_token_is_the_librarys(client, explorer, monkeypatch):
+    """The timing table shows the orchestrator's time to first token (set once, at the first token), below
+    the total, not the time of the last streamed token."""
+    steps = []
+    original = explorer.ask_stream
+
+    def recording(*args, **kwargs):
+        for step in original(*args, **kwargs):
+            steps.append(step)
+            yield step
+
+    monkeypatch.setattr(explorer, "ask_stream", recording)
+    *_, timings, _notice = client.predict(DOC, "What is the zebra code?", 2, "unreal", False, api_name="/ask")
+    last = steps[-1].timings
+    shown = timings["data"][0][timings["headers"].index("time to first token s")]
+    assert shown == round(last["first_token"], 3)
+    assert last["first_token"] < last["total"]
+    streamed = [s.timings["first_token"] for s in steps[1:] if "first_token" in s.timings]
+    assert len(set(streamed)) == 1  # set once, never moved by later tokens
+
+
 @pytest.mark.parametrize("doc,question,match", [("", "q?", "document is empty"), (DOC, " ", "question is empty")])
 def test_bad_input_is_a_clear_error(client, doc, question, match):
     with pytest.raises(Exception, match=match):
@@ -69,7 +90,7 @@ def test_eight_concurrent_requests_get_their_own_answers(client):
 
 
 def test_search_without_an_index_says_so(client):
-    with pytest.raises(Exception, match="no index loaded"):
+    with pytest.raises(Exception, match="no index for new_wiki yet"):
         client.predict("who?", 5, "unreal", "new_wiki", api_name="/search")
 
 

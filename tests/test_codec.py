@@ -68,6 +68,8 @@ def test_compressed_search_equals_brute_force_over_decoded(tmp_path, built, name
     assert torch.equal(ids, ref.topk(10).indices)
     assert torch.allclose(scores, ref.topk(10).values, atol=2e-3)
     assert ix.texts == idx.Index(built).texts
+    bounded = idx.Index(tmp_path / name, decode_budget=0)  # nothing kept: every scan decodes again
+    assert torch.equal(bounded.maxsim_topk(q, k=10, block=3)[1], ids) and bounded._decoded_bytes == 0
     query = ["item 7 weighs"]
     assert ix.bm25_topk(query, 3)[1].tolist() == idx.Index(built).bm25_topk(query, 3)[1].tolist()
 

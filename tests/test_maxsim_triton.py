@@ -15,7 +15,7 @@ import sys
 import pytest
 import torch
 
-from unreal_demo.maxsim import maxsim_reference
+from unreal_demo.maxsim import maxsim_reference, normalize_chunks
 
 pytest.importorskip("triton")
 
@@ -30,8 +30,8 @@ INTERPRETED = [c for c in CASES if c[-1] != "bfloat16"]  # the interpreter compu
 
 SCRIPT = f"""
 import torch
-from unreal_demo.maxsim import maxsim_reference
-from unreal_demo.maxsim_triton import maxsim_scores, maxsim_topk
+from unreal_demo.maxsim import inverse_norms, maxsim_reference, normalize_chunks
+from unreal_demo.maxsim_triton import maxsim_scores
 
 for b, g, d, m, lp, name in {INTERPRETED!r}:
     dtype = getattr(torch, name)
@@ -40,9 +40,9 @@ for b, g, d, m, lp, name in {INTERPRETED!r}:
     got = maxsim_scores(q, k)
     assert got.shape == (b, m) and got.dtype == torch.float32
     torch.testing.assert_close(got, maxsim_reference(q.to(dtype).float(), k.float()), atol=1e-4 * d, rtol=1e-4)
-q, k = torch.randn(2, 4, 32), torch.randn(10, 3, 32)
-scores, ids = maxsim_topk(q, k, 500)  # k larger than the number of chunks
-assert ids.shape == (2, 10) and torch.equal(ids, torch.topk(maxsim_reference(q, k), 10, dim=1).indices)
+    got = maxsim_scores(q, k, inverse_norms(k))  # a normalised scan: 1/‖k‖ inside the kernel
+    torch.testing.assert_close(got, maxsim_reference(q.to(dtype).float(), normalize_chunks(k.float())),
+                               atol=1e-4 * d, rtol=1e-3)
 assert maxsim_scores(torch.randn(1, 4, 8), torch.zeros(0, 7, 8)).shape == (1, 0)
 print("ok", len({INTERPRETED!r}))
 """
@@ -64,3 +64,5 @@ def test_gpu_kernel_equals_reference(b, g, d, m, lp, name):
     q, k = torch.randn(b, g, d, device="cuda"), torch.randn(m, lp, d, device="cuda").to(dtype)
     torch.testing.assert_close(maxsim(q, k), maxsim_reference(q.to(dtype).float(), k.float()),
                                atol=2e-2 * d ** 0.5, rtol=1e-2)
+    torch.testing.assert_close(maxsim(q, k, normalize=True),
+                               maxsim_reference(q.to(dtype).float(), normalize_chunks(k.float())), atol=2e-2, rtol=1e-2)

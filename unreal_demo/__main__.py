@@ -13,8 +13,10 @@ from pathlib import Path
 
 from . import retrieval
 from .backbone import DEFAULT_MODEL
+from .chunking import CHUNK_TOKENS
 from .codec import CODECS
 from .errors import InputError, UserError
+from .paths import DEFAULT_HEADS, display_path
 
 
 def _ask(args: argparse.Namespace) -> None:
@@ -40,8 +42,8 @@ def _train(args: argparse.Namespace) -> None:
     from .training import TrainConfig, train
 
     overrides = {k: v for k, v in vars(args).items() if k in TrainConfig.__dataclass_fields__ and v is not None}
-    head = train(TrainConfig(**overrides))
-    print(f"trained head written to {overrides.get('out', TrainConfig.out)}: "
+    head = train(TrainConfig(**overrides), force=args.force)
+    print(f"trained head written to {display_path(head.config.provenance['settings']['out'])}: "
           f"{head.n_params():,} parameters, final loss {head.config.provenance['final_loss']}")
 
 
@@ -129,8 +131,14 @@ def _rank(args: argparse.Namespace) -> None:
 def _flops(args: argparse.Namespace) -> None:
     from .flops import Setting, report, resolve_backbone
 
-    spec = resolve_backbone(args.config or args.backbone, args.chunk_layer)
-    setting = Setting(n=args.n, T=args.T, n_context=args.n_context, n_ret=args.n_ret, x_ret=args.x_ret)
+    head = None
+    if args.backbone in DEFAULT_HEADS:  # the default model: start from its shipped head's R, |C0|, ℓc
+        head = json.loads(DEFAULT_HEADS[args.backbone].with_suffix(".json").read_text())
+    paper = {"n_context": 5, "n_ret": 64}  # Table 6's setting for the paper's backbones
+    n_context, n_ret = (args.n_context if args.n_context is not None else (head or paper)["n_context"],
+                        args.n_ret if args.n_ret is not None else (head or paper)["n_ret"])
+    spec = resolve_backbone(args.config or args.backbone, args.chunk_layer or (head or {}).get("chunk_layer"))
+    setting = Setting(n=args.n, T=args.T, n_context=n_context, n_ret=n_ret, x_ret=args.x_ret)
     out = report(spec, setting)
     if args.json:
         print(json.dumps(out))
@@ -267,6 +275,7 @@ def build_parser() -> argparse.ArgumentParser:
         tr.add_argument(f"--{name.replace('_', '-')}", dest=name, type=int)
     for name in ("lr", "temperature", "weight_decay"):
         tr.add_argument(f"--{name.replace('_', '-')}", dest=name, type=float)
+    tr.add_argument("--force", action="store_true", help="train over a shipped head in --out")
     tr.add_argument("--use-prompt", dest="use_prompt", action="store_true", default=None,
                     help="learn the soft prompt P (full backprop through the prefix, ~3x slower)")
     tr.set_defaults(func=_train)
@@ -296,9 +305,10 @@ def build_parser() -> argparse.ArgumentParser:
     group.add_argument("--backbone", help="muse | nemotron | qwen | a model id or folder")
     group.add_argument("--config", help="a transformers config.json")
     fl.add_argument("--n", type=int, default=5)
-    fl.add_argument("--T", type=int, default=141)
-    fl.add_argument("--n-context", type=int, default=5)
-    fl.add_argument("--n-ret", type=int, default=64)
+    fl.add_argument("--T", type=int, default=CHUNK_TOKENS)
+    fl.add_argument("--n-context", type=int, default=None, help="|C0| (default: the default model's shipped head, "
+                    "else the paper's 5)")
+    fl.add_argument("--n-ret", type=int, default=None, help="R (default: the shipped head's, else the paper's 64)")
     fl.add_argument("--x-ret", type=int, default=None, help="|x_ret| (default |C0|*T + T_q + R)")
     fl.add_argument("--chunk-layer", type=int, default=None)
     fl.add_argument("--json", action="store_true")

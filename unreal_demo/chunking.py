@@ -21,6 +21,7 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+CHUNK_TOKENS = 141  # the chunk size T: the paper's mean chunk length, used everywhere a chunk is cut
 _SENTENCE_END = re.compile(r"(?<=[.!?…。！？])[\"'”’)\]]*\s+|\n\s*\n\s*")
 
 
@@ -69,7 +70,7 @@ def chunk_documents(
     docs: Sequence[str],
     count_tokens: Callable[[list[str]], list[int]],
     offsets: Callable[[str], list[tuple[int, int]]],
-    target: int = 141,
+    target: int = CHUNK_TOKENS,
 ) -> list[Chunk]:
     """Split documents into sentence-aligned chunks of about ``target`` tokens.
 

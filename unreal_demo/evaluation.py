@@ -101,11 +101,18 @@ def corpus_store(texts: Sequence[str], explorer=None, keep_tokens: bool = False)
 
 
 def rankings(store, explorer, queries: Sequence[str], method: str, depth: int = 100,
-             fusion_weight: float | None = None, batch: int = 100) -> list[list[int]]:
-    """Best-first chunk ids per query (``depth`` of them) by one method, ``batch`` queries at a time."""
+             fusion_weight: float | None = None, batch: int = 100, memo: dict | None = None) -> list[list[int]]:
+    """Best-first chunk ids per query (``depth`` of them) by one method, ``batch`` queries at a time.
+
+    ``memo`` keeps the head's query vectors of each batch, so unreal and the hybrids encode the queries once.
+    """
     out: list[list[int]] = []
+    memo = {} if memo is None else memo
     for s in tqdm(range(0, len(queries), batch), desc=method, leave=False, disable=len(queries) <= batch):
-        out += retrieve(store, explorer, queries[s : s + batch], depth, method, fusion_weight).ids
+        found = retrieve(store, explorer, queries[s : s + batch], depth, method, fusion_weight, memo.get(s))
+        if found.query_vectors is not None:
+            memo[s] = found.query_vectors
+        out += found.ids
     return out
 
 
@@ -159,10 +166,10 @@ def run_retrieval_eval(sample: int = 500, methods: Sequence[str] = ("bm25", "den
         dev_texts = [q.text for q in dev_q]
         weight = fit_fusion_weight(full_scores(dev_store, explorer, dev_texts, "unreal"),
                                    dev_store.bm25_scores(dev_texts), [{where[q.passage_id]} for q in dev_q])
-    rows, seconds = [], {}
+    rows, seconds, memo = [], {}, {}
     for m in methods:
         t0 = time.perf_counter()
-        ranked = rankings(store, explorer, texts, m, fusion_weight=weight)
+        ranked = rankings(store, explorer, texts, m, fusion_weight=weight, memo=memo)
         seconds[m] = round(time.perf_counter() - t0, 1)
         label = METHODS[m].label + (f" (w={weight} fitted on dev)" if m == "hybrid-fusion" else "")
         rows.append({"method": label, "key": m} | metrics(ranked, gold) | {"n": len(gold)})
@@ -197,10 +204,10 @@ def run_index_retrieval_eval(explorer, index, sample: int = 1000,
     gold = [by_passage.get(q.passage_id, set()) for q in qs]
     if not all(gold):
         raise UserError("the index does not hold the New-Wiki paragraphs: build it with --corpus all or new_wiki")
-    rows, seconds = [], {}
+    rows, seconds, memo = [], {}, {}
     for m in methods:
         t0 = time.perf_counter()
-        ranked = rankings(index, explorer, [q.text for q in qs], m, depth=20)
+        ranked = rankings(index, explorer, [q.text for q in qs], m, depth=20, memo=memo)
         seconds[m] = round(time.perf_counter() - t0, 1)
         rows.append({"method": METHODS[m].label, "key": m} | metrics(ranked, gold) | {"n": len(gold)})
     m_ = index.manifest
@@ -225,6 +232,8 @@ def rank_jsonl(passages: str, queries: str, method: str, k: int = 10, model: str
     from .pipeline import Explorer
 
     (method,) = check([method], "corpus")
+    if method == "hybrid-fusion":
+        raise UserError("hybrid-fusion needs a fusion weight fitted on the dev split: use `eval retrieval`")
     ps, qs = read_jsonl(passages, "passages"), read_jsonl(queries, "queries")
     explorer = Explorer.load(model, head, require_head=True) if METHODS[method].model else None
     store = corpus_store([str(p["text"]) for p in ps], explorer, keep_tokens=method == "sparse")

@@ -27,6 +27,8 @@ import math
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
+from .chunking import CHUNK_TOKENS
+
 TERMS = {
     "a": "deeper layers (above ℓc) never run on the context",
     "b": "cross-chunk attention, and query/decode attention to unselected chunks",
@@ -69,7 +71,7 @@ class Setting:
     """Pipeline settings: n selected chunks of T tokens, query/answer lengths, |C0|, R (and P)."""
 
     n: int = 5
-    T: int = 141
+    T: int = CHUNK_TOKENS
     T_q: int | None = None  # default T (Eq. 9's assumption)
     T_g: int | None = None  # default T
     n_context: int = 5  # |C0|

@@ -88,11 +88,6 @@ def stream_answer(backbone: Backbone, ids: list[int], max_new_tokens: int = 48) 
     yield out
 
 
-def answer(backbone: Backbone, passages: Sequence[str], question: str, max_new_tokens: int = 48) -> Generation:
-    """The final :class:`Generation` of :func:`stream_answer` for these passages and question."""
-    return answer_ids(backbone, prompt_ids(backbone, passages, question), max_new_tokens)
-
-
 def answer_ids(backbone: Backbone, ids: list[int], max_new_tokens: int = 48) -> Generation:
     """The final :class:`Generation` of :func:`stream_answer` for a prompt already tokenised."""
     *_, last = stream_answer(backbone, ids, max_new_tokens)

@@ -39,20 +39,24 @@ class HeadError(UserError, ValueError):
 
 @dataclass
 class HeadConfig:
-    """Everything needed to rebuild a head and to score chunks the way it was trained."""
+    """Everything needed to rebuild a head and to score chunks the way it was trained.
+
+    The defaults are the shipped head's settings (``precomputed/heads/smollm2-135m``); training
+    (:class:`training.TrainConfig`) takes its defaults from here.
+    """
 
     model: str
     hidden_size: int
     n_layers: int
-    chunk_layer: int = 20  # ℓc
+    chunk_layer: int = 25  # ℓc
     n_pool: int = 7  # L_p
-    n_ret: int = 16  # R
+    n_ret: int = 32  # R
     n_groups: int = 4  # G
     n_context: int = 2  # |C0|
     context_tokens: int = 64  # each C0 passage cut to this many tokens
     chunk_tokens: int = 256  # chunks cut to this many tokens when encoded
     readout_layers: list[int] = field(default_factory=list)  # 1-based; empty = all blocks
-    use_prompt: bool = True
+    use_prompt: bool = False
     normalize: bool = True  # L2-normalise query groups and pooled chunk vectors
     temperature: float = 0.05
     trained: bool = False

@@ -34,7 +34,7 @@ import numpy as np
 import torch
 
 from .backbone import Backbone
-from .chunking import chunk_documents, tokenizer_counters
+from .chunking import CHUNK_TOKENS, chunk_documents, tokenizer_counters
 from .codec import CODECS, LOSSY, Codec, quantize_int8
 from .codec import fit as fit_codec
 from .codec import load as load_codec
@@ -80,7 +80,7 @@ def build_index(
     n_pool: int = 7,
     dtype: str = "fp16",
     shard_size: int = 1024,
-    target: int = 141,
+    target: int = CHUNK_TOKENS,
     progress: Callable[[int, int], None] | None = None,
     token_states: bool = False,
     dense: bool = False,
@@ -245,10 +245,11 @@ class Index:
     ----------
     folder : the index folder.
     verify : check every shard's SHA-256 against the manifest.
+    decode_budget : bytes of decoded fp16 keys a compressed index keeps in memory (default 4 GiB).
     """
 
-    def __init__(self, folder: str | Path, verify: bool = True) -> None:
-        self.folder = Path(folder)
+    def __init__(self, folder: str | Path, verify: bool = True, decode_budget: int = 4 << 30) -> None:
+        self.folder, self.decode_budget, self._decoded_bytes = Path(folder), decode_budget, 0
         try:
             self.manifest = json.loads((self.folder / "manifest.json").read_text())
         except FileNotFoundError:
@@ -292,12 +293,17 @@ class Index:
         return self._chunks
 
     def keys(self, shard: dict) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """A shard's stored keys as the scan reads them, and the int8 scale (or None); a compressed
-        shard is decoded on first use and kept as fp16 (unit vectors)."""
-        if "keys" not in shard:
-            shard["keys"] = self.codec.decode(shard).astype(np.float16)  # (n, L_p, d)
+        """A shard's stored keys as the scan reads them, and the int8 scale (or None). A compressed shard
+        is decoded to fp16 (unit vectors) and kept while the decoded shards fit ``decode_budget`` bytes;
+        beyond it, every scan decodes it again (memory stays bounded for any index size)."""
+        if "keys" in shard:
+            keys = shard["keys"]
+        else:
+            keys = self.codec.decode(shard).astype(np.float16)  # (n, L_p, d)
+            if self._decoded_bytes + keys.nbytes <= self.decode_budget:
+                shard["keys"], self._decoded_bytes = keys, self._decoded_bytes + keys.nbytes
         scale = shard.get("scale")
-        return torch.from_numpy(shard["keys"]), None if scale is None else torch.from_numpy(scale)
+        return torch.from_numpy(keys), None if scale is None else torch.from_numpy(scale)
 
     def vectors(self, shard: dict) -> torch.Tensor:
         """A shard's chunk vectors ``(n, L_p, d)`` float32 (dequantised or decoded)."""

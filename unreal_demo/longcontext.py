@@ -24,13 +24,12 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from .chunking import chunk_documents, sentence_spans
+from .chunking import CHUNK_TOKENS, chunk_documents, sentence_spans
 from .errors import InputError
 from .squad_metrics import normalize_answer
 
 DEFAULT_LENGTHS = (2_000, 4_000, 8_000, 16_000, 32_000, 128_000, 1_000_000)
 DEFAULT_NS = (1, 2, 3, 5, 8, 10, 15, 20, 30)
-CHUNK_TOKENS = 141
 
 
 def parse_lengths(text: str) -> list[int]:

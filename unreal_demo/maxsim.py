@@ -3,8 +3,8 @@
 Exact implementations: :func:`maxsim_reference` (one einsum, for tests and
 small inputs) and :func:`maxsim` (blocked over chunks, so the similarity tensor
 never exceeds one block, with fp16 storage converted block by block). On CUDA
-tensors :func:`maxsim` runs the fused Triton kernel of :mod:`unreal_demo.maxsim_triton`
-when Triton is installed (import-guarded: CPU machines never need it). The cost
+tensors of a float dtype :func:`maxsim` runs the fused Triton kernel of :mod:`unreal_demo.maxsim_triton`
+(plain or normalised scans) when Triton is installed (import-guarded: CPU machines never need it). The cost
 is 2·d·G·L_p FLOPs per chunk.
 
 Example
@@ -52,8 +52,9 @@ def maxsim(q: torch.Tensor, k: torch.Tensor, block: int = 256, normalize: bool =
     """
     single = q.dim() == 2
     q = q.unsqueeze(0) if single else q
-    if k.is_cuda and scale is None and not normalize and _triton() is not None:
-        out = _triton().maxsim_scores(q.to(k.device), k)
+    if k.is_cuda and k.is_floating_point() and scale is None and _triton() is not None:
+        norms = (inv_norm if inv_norm is not None else inverse_norms(k)) if normalize else None
+        out = _triton().maxsim_scores(q.to(k.device), k, norms)
         return out[0] if single else out
     b, g, d = q.shape
     m, p, _ = k.shape

@@ -1,11 +1,12 @@
-"""Eq. 4 on a GPU: a fused Triton MaxSim kernel, s_i = Σ_g max_p ⟨q_g, k_{i,p}⟩, plus a two-pass top-k.
+"""Eq. 4 on a GPU: a fused Triton MaxSim kernel, s_i = Σ_g max_p ⟨q_g, k_{i,p}⟩ (optionally ⟨q_g, k_{i,p}⟩/‖k_{i,p}‖).
 
 One program scores ``BLOCK_M`` chunks for one query: for each pooled position p it forms the
 ``(BLOCK_M, G)`` similarities with ``tl.dot`` over d in ``BLOCK_D`` slices (fp16/bf16 inputs, fp32
 accumulation), keeps the running max over p in registers, and writes only the ``(B, M)`` scores:
 the ``(B, M, G, L_p)`` similarity tensor never exists. Any d, G and L_p (G is padded to 16 for
-``tl.dot`` and masked). The top-k is a second pass (``torch.topk``) over the scores, which are
-``G·L_p·d`` times smaller than the keys.
+``tl.dot`` and masked). For a normalised scan (the shipped head, the index) each position's
+similarities are scaled by a precomputed 1/‖k‖ before the max, as on the CPU path. The top-k is a
+second pass (``torch.topk``) over the scores, which are ``G·L_p·d`` times smaller than the keys.
 
 Import this module only where ``triton`` is installed; :func:`unreal_demo.maxsim.maxsim` does so
 for CUDA tensors. With ``TRITON_INTERPRET=1`` the kernel runs on CPU tensors (how the tests check it
@@ -20,9 +21,10 @@ import triton.language as tl
 
 
 @triton.jit
-def _maxsim_kernel(q_ptr, k_ptr, out_ptr, M, G, D,
-                   stride_qb, stride_qg, stride_km, stride_kp, stride_ob,
-                   LP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_D: tl.constexpr):
+def _maxsim_kernel(q_ptr, k_ptr, n_ptr, out_ptr, M, G, D,
+                   stride_qb, stride_qg, stride_km, stride_kp, stride_nm, stride_ob,
+                   LP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_D: tl.constexpr,
+                   HAS_NORM: tl.constexpr):
     pid_m, b = tl.program_id(0), tl.program_id(1)
     rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)  # (BLOCK_M,) chunk ids
     gs = tl.arange(0, BLOCK_G)  # (BLOCK_G,) query groups
@@ -36,15 +38,20 @@ def _maxsim_kernel(q_ptr, k_ptr, out_ptr, M, G, D,
             q = tl.load(q_ptr + b * stride_qb + gs[None, :] * stride_qg + ds[:, None],
                         mask=(gs[None, :] < G) & (ds[:, None] < D), other=0.0)  # (BLOCK_D, BLOCK_G)
             acc += tl.dot(k, q.to(k.dtype), out_dtype=tl.float32)
+        if HAS_NORM:
+            w = tl.load(n_ptr + rows * stride_nm + p, mask=rows < M, other=0.0)  # (BLOCK_M,) 1/‖k_{i,p}‖
+            acc = acc * w[:, None]
         best = tl.maximum(best, acc)
     score = tl.sum(tl.where(gs[None, :] < G, best, 0.0), axis=1)  # (BLOCK_M,)
     tl.store(out_ptr + b * stride_ob + rows, score, mask=rows < M)
 
 
-def maxsim_scores(q: torch.Tensor, k: torch.Tensor, block_m: int = 64, block_d: int = 64) -> torch.Tensor:
+def maxsim_scores(q: torch.Tensor, k: torch.Tensor, inv_norm: torch.Tensor | None = None, block_m: int = 64,
+                  block_d: int = 64) -> torch.Tensor:
     """Exact MaxSim scores ``(B, M)`` (float32) from queries ``(B, G, d)`` and chunks ``(M, L_p, d)``.
 
     ``k`` stays in its storage dtype (fp16/bf16/fp32); ``q`` is cast to it inside the kernel.
+    ``inv_norm`` ``(M, L_p)``: 1/‖k‖ per stored vector, to score against normalised chunk vectors.
     """
     b, g, d = q.shape
     m, lp, _ = k.shape
@@ -52,13 +59,9 @@ def maxsim_scores(q: torch.Tensor, k: torch.Tensor, block_m: int = 64, block_d: 
     out = torch.empty(b, m, device=k.device, dtype=torch.float32)
     if m == 0:
         return out
+    norm = out if inv_norm is None else inv_norm.to(device=k.device, dtype=torch.float32).contiguous()
     grid = (triton.cdiv(m, block_m), b)
-    _maxsim_kernel[grid](q, k, out, m, g, d, q.stride(0), q.stride(1), k.stride(0), k.stride(1), out.stride(0),
-                         LP=lp, BLOCK_M=block_m, BLOCK_G=max(16, triton.next_power_of_2(g)), BLOCK_D=block_d)
+    _maxsim_kernel[grid](q, k, norm, out, m, g, d, q.stride(0), q.stride(1), k.stride(0), k.stride(1),
+                         norm.stride(0), out.stride(0), LP=lp, BLOCK_M=block_m,
+                         BLOCK_G=max(16, triton.next_power_of_2(g)), BLOCK_D=block_d, HAS_NORM=inv_norm is not None)
     return out
-
-
-def maxsim_topk(q: torch.Tensor, k: torch.Tensor, top: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Best ``top`` scores and chunk ids per query (two-pass: kernel scores, then ``torch.topk``)."""
-    scores = maxsim_scores(q, k)
-    return torch.topk(scores, min(top, scores.shape[1]), dim=1)

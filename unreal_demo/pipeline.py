@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 
 from .backbone import DEFAULT_MODEL, Backbone, load_backbone
-from .chunking import Chunk, chunk_documents, tokenizer_counters
+from .chunking import CHUNK_TOKENS, Chunk, chunk_documents, tokenizer_counters
 from .encoding import encode_chunks
 from .errors import InputError
 from .generation import Generation, fits_window, prompt_ids, stream_answer
@@ -114,7 +114,7 @@ class Explorer:
     def trained(self) -> bool:
         return bool(self.head.config.trained)
 
-    def chunk(self, docs: Sequence[str], target: int = 141) -> list[Chunk]:
+    def chunk(self, docs: Sequence[str], target: int = CHUNK_TOKENS) -> list[Chunk]:
         """Sentence-aligned chunks of every document (see :mod:`unreal_demo.chunking`)."""
         return chunk_documents(docs, self._count, self._offsets, target)
 

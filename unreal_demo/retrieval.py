@@ -196,7 +196,7 @@ def query_vectors(explorer, queries: Sequence[str], context: Sequence[Sequence[s
 
 @torch.inference_mode()
 def retrieve(store, explorer, queries: Sequence[str], k: int, method: str,
-             fusion_weight: float | None = None) -> Retrieval:
+             fusion_weight: float | None = None, vectors: torch.Tensor | None = None) -> Retrieval:
     """Top-``k`` chunks per query by ``method`` over ``store``: the one query path of the project.
 
     Parameters
@@ -205,6 +205,8 @@ def retrieve(store, explorer, queries: Sequence[str], k: int, method: str,
     explorer : the backbone and head (:class:`pipeline.Explorer`); None for bm25 and dense.
     method : a registry name (or an alias, see :func:`canonical`).
     fusion_weight : w of ``hybrid-fusion`` (fitted on the dev split by the caller).
+    vectors : the head's query vectors ``(Q, G, d)`` of these queries over this store, from an earlier
+        :func:`retrieve` (its ``query_vectors``), so that unreal and the hybrids encode the queries once.
 
     Raises
     ------
@@ -249,7 +251,7 @@ def retrieve(store, explorer, queries: Sequence[str], k: int, method: str,
         t2 = time.perf_counter()
         scores, ids = store.untrained_topk(means, k)
     else:
-        q = query_vectors(explorer, queries, contexts(store, b_ids, c.n_context))  # (Q, G, d)
+        q = vectors if vectors is not None else query_vectors(explorer, queries, contexts(store, b_ids, c.n_context))
         timings["query_encoding"] = time.perf_counter() - t1
         t2 = time.perf_counter()
         scores, ids = store.maxsim_topk(q, depth, normalize=c.normalize)

@@ -33,7 +33,7 @@ import json
 import math
 import random
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import torch
@@ -52,16 +52,16 @@ from .selection import BM25
 class TrainConfig:
     """Settings of one training run; the defaults are the shipped head's (about 50 minutes on 2 CPU cores)."""
 
-    out: str = "precomputed/heads/smollm2-135m"
+    out: str = ""  # default: <cache>/heads/<model>-l<ℓc> (see :func:`output_folder`)
     model: str = DEFAULT_MODEL
-    chunk_layer: int = 25
-    n_pool: int = 7
-    n_ret: int = 32
-    n_groups: int = 4
-    n_context: int = 2
-    context_tokens: int = 64
-    chunk_tokens: int = 256
-    use_prompt: bool = False
+    chunk_layer: int = HeadConfig.chunk_layer
+    n_pool: int = HeadConfig.n_pool
+    n_ret: int = HeadConfig.n_ret
+    n_groups: int = HeadConfig.n_groups
+    n_context: int = HeadConfig.n_context
+    context_tokens: int = HeadConfig.context_tokens
+    chunk_tokens: int = HeadConfig.chunk_tokens
+    use_prompt: bool = HeadConfig.use_prompt
     readout: str = "all"  # read-out blocks for α: "all", "chunk" (ℓc alone) or a comma list
     negatives: int = 15
     near_dup: float = 0.6
@@ -69,7 +69,7 @@ class TrainConfig:
     batch: int = 16
     lr: float = 5e-3
     warmup: int = 20
-    temperature: float = 0.05
+    temperature: float = HeadConfig.temperature
     weight_decay: float = 0.1
     clip: float = 1.0
     seed: int = 0
@@ -82,7 +82,7 @@ class TrainConfig:
 
 HELD_OUT = ("new_wiki", "amazon")  # evaluation sets: never trained on
 # Settings a resumed run may change without invalidating its checkpoint.
-RESUMABLE = ("steps", "checkpoint_every", "dev_every")
+RESUMABLE = ("out", "steps", "checkpoint_every", "dev_every")
 
 
 class TrainError(UserError, ValueError):
@@ -337,9 +337,23 @@ def check_resume(cfg: TrainConfig, out: Path) -> None:
                          "give the same flags to resume, or another --out")
 
 
-def train(cfg: TrainConfig, backbone=None) -> QueryHead:
-    """Train (or resume) a head on the sources' train splits; write it, its log and its settings to ``cfg.out``."""
-    out = Path(cfg.out)
+def output_folder(cfg: TrainConfig, force: bool = False) -> Path:
+    """Where a run writes: ``cfg.out``, else ``<cache>/heads/<model>-l<ℓc>``. A finished head under
+    ``precomputed/`` (a shipped head) is never overwritten without ``force``."""
+    from .backbone import cache_dir
+    from .paths import PRECOMPUTED
+
+    out = Path(cfg.out) if cfg.out else cache_dir() / "heads" / f"{cfg.model.replace('/', '_')}-l{cfg.chunk_layer}"
+    if (out / "head.safetensors").exists() and out.resolve().is_relative_to(PRECOMPUTED) and not force:
+        raise TrainError(f"{out} holds a shipped head; give another --out, or --force to train over it")
+    return out
+
+
+def train(cfg: TrainConfig, backbone=None, force: bool = False) -> QueryHead:
+    """Train (or resume) a head on the sources' train splits; write it, its log and its settings to
+    :func:`output_folder`."""
+    out = output_folder(cfg, force)
+    cfg = replace(cfg, out=str(out))
     train_sources(cfg)  # refuse held-out sources before anything loads
     check_resume(cfg, out)
     out.mkdir(parents=True, exist_ok=True)

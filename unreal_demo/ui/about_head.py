@@ -10,6 +10,7 @@ import pandas as pd
 from .. import plots
 from ..paths import PRECOMPUTED
 from ..pipeline import Explorer
+from ..results import head_mismatch
 
 
 def build_tab(explorer: Explorer) -> None:
@@ -32,7 +33,10 @@ def build_tab(explorer: Explorer) -> None:
         if result.exists():
             data = json.loads(result.read_text())
             table = pd.DataFrame(data["table"])
-            gr.Markdown(f"**{title}** — {data['setting']}\n\n`{data['command']}`")
+            made = data.get("provenance", {})
+            gr.Markdown(f"**{title}** — {data['setting']}\n\n`{made.get('command', data.get('command'))}`")
+            if warning := head_mismatch(data, explorer):
+                gr.Markdown(f"⚠ {warning}", elem_classes=["unreal-notice"])
             gr.Dataframe(table.drop(columns=["key"], errors="ignore"))
             gr.Plot(plots.metric_bars(table))
             gr.Markdown("*What to look for:* UNREAL against BM25 alone, and whether fusing the two beats both.")

@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 
 from .. import flops, plots
+from ..chunking import CHUNK_TOKENS
 from ..paths import PRECOMPUTED
 from ..pipeline import Explorer
 
@@ -51,19 +52,20 @@ def build_tab(explorer: Explorer) -> None:
         return (text, plots.flops_curves(lengths, full, unreal, star, measured_ttft() if name == loaded else None),
                 plots.ratio_curve(lengths, unreal / full))
 
-    first = update(loaded, 5, 141, 5, 64, 141, 141, model_spec.chunk_layer)
+    head = explorer.head.config  # the sliders start from the loaded head's |C0|, R and ℓc
+    first = update(loaded, 5, CHUNK_TOKENS, head.n_context, head.n_ret, CHUNK_TOKENS, CHUNK_TOKENS, head.chunk_layer)
     gr.Markdown("Δ = (a) + (b) − (c) − (d) + (e) (Eq. 8): " + "; ".join(f"**({k})** {v}" for k, v in
                                                                        flops.TERMS.items()))
     with gr.Row():
         backbone = gr.Dropdown(list(specs), value=loaded, label="backbone")
         n = gr.Slider(1, 30, value=5, step=1, label="n")
-        T = gr.Slider(32, 512, value=141, step=1, label="T (chunk tokens)")
-        n_ctx = gr.Slider(0, 10, value=5, step=1, label="|C0|")
-        R = gr.Slider(1, 128, value=64, step=1, label="R")
+        T = gr.Slider(32, 512, value=CHUNK_TOKENS, step=1, label="T (chunk tokens)")
+        n_ctx = gr.Slider(0, 10, value=head.n_context, step=1, label="|C0| (loaded head's)")
+        R = gr.Slider(1, 128, value=head.n_ret, step=1, label="R (loaded head's)")
     with gr.Row():
-        tq = gr.Slider(1, 1024, value=141, step=1, label="T_q")
-        tg = gr.Slider(1, 1024, value=141, step=1, label="T_g")
-        lc = gr.Slider(1, model_spec.n_layers, value=model_spec.chunk_layer, step=1, label="ℓc (loaded model only)")
+        tq = gr.Slider(1, 1024, value=CHUNK_TOKENS, step=1, label="T_q")
+        tg = gr.Slider(1, 1024, value=CHUNK_TOKENS, step=1, label="T_g")
+        lc = gr.Slider(1, model_spec.n_layers, value=head.chunk_layer, step=1, label="ℓc (loaded model only)")
     summary = gr.Markdown(first[0])
     with gr.Row():
         curves = gr.Plot(first[1], label="FLOPs against N")
@@ -71,7 +73,7 @@ def build_tab(explorer: Explorer) -> None:
     gr.Markdown("*What to look for:* where the UNREAL curve crosses below full context (N*, Eq. 10) and how the "
                 "ratio keeps falling with length; on the loaded model the measured time-to-first-token points "
                 "show whether FLOPs predict time on this machine.")
-    gr.Markdown("**Table 6** (T = 141, |x_ret| = 910): our Eq. 10 and Eq. 8 root beside the paper's values")
+    gr.Markdown(f"**Table 6** (T = {CHUNK_TOKENS}, |x_ret| = 910): our Eq. 10 and Eq. 8 root beside the paper's values")
     gr.Dataframe(table6())
     inputs = [backbone, n, T, n_ctx, R, tq, tg, lc]
     for comp in inputs:

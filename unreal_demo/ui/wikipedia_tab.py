@@ -18,6 +18,7 @@ from ..errors import UserError
 from ..generation import prompt_ids, stream_answer
 from ..paths import PRECOMPUTED, display_path
 from ..pipeline import Explorer
+from ..results import head_mismatch
 from ..retrieval import names
 from .gpu import on_gpu
 
@@ -33,7 +34,7 @@ def _hits_table(result: dict, bm25_rank: dict[int, int]) -> pd.DataFrame:
                          for h in result["hits"]])
 
 
-def qa_panel() -> None:
+def qa_panel(explorer: Explorer | None = None) -> None:
     """The precomputed downstream QA table and its EM/F1 bars."""
     path = PRECOMPUTED / "qa.json"
     if not path.exists():
@@ -44,7 +45,10 @@ def qa_panel() -> None:
                            "F1 95% CI": f"{r['f1'][1]:.2f}–{r['f1'][2]:.2f}", "answer contained": r["contained"],
                            f"evidence recall@{data['k']}": r["recall"], "F1 gap closed": r.get("f1_gap_closed")}
                           for r in data["table"]])
-    gr.Markdown(f"{data['setting']}\n\n`{data['command']}`")
+    made = data.get("provenance", {})
+    gr.Markdown(f"{data['setting']}\n\n`{made.get('command', data.get('command'))}`")
+    if explorer is not None and (warning := head_mismatch(data, explorer)):
+        gr.Markdown(f"⚠ {warning}", elem_classes=["unreal-notice"])
     gr.Dataframe(table)
     gr.Plot(plots.metric_bars(table, ("EM", "F1", "answer contained"), "downstream QA, same LLM, top-k from each "
                                                                       "retriever"))
@@ -53,18 +57,38 @@ def qa_panel() -> None:
                 "the gold paragraph was among the chunks at all.")
 
 
+def describe(index: ix.Index) -> str:
+    """The status line of an opened index: where, codec, chunks, passages, size on disk."""
+    m = index.manifest
+    size = sum(p.stat().st_size for p in index.folder.rglob("*") if p.is_file()) / 2**20
+    shipped = " (shipped with the app)" if index.folder.is_relative_to(PRECOMPUTED) else ""
+    return (f"index `{display_path(index.folder)}`{shipped} · codec {m['dtype']} · {m['chunks']:,} chunks of "
+            f"{m['passages']:,} passages · {size:.1f} MiB · ℓc = {m['chunk_layer']}")
+
+
 def build_tab(explorer: Explorer) -> None:
     state: dict[str, ix.Index] = {}
     lock = threading.Lock()
+    ready = [name for name in CORPORA if (ix.default_index(explorer, name) / "manifest.json").exists()]
+    first = "all" if "all" in ready or not ready else ready[0]
+
+    def opened(name: str) -> ix.Index:
+        """The index of ``name``, opened on first use (built in the cache, else shipped)."""
+        with lock:
+            if name not in state:
+                state[name] = ix.Index(ix.default_index(explorer, name))
+            return state[name]
+
     gr.Markdown("Exact MaxSim over every chunk of an offline Wikipedia index (Eq. 4). The index stores chunk "
                 "states at ℓc only, so it does not depend on the trained head. Building encodes every chunk once "
                 f"(about {TOKENS_PER_S} tokens/s on 2 CPU cores: New-Wiki ≈ 6 min, all ≈ 70–80 min) and resumes if "
                 "stopped; `python -m unreal_demo index build --corpus all --token-states` builds the same folder.")
     with gr.Row():
-        corpus = gr.Dropdown(list(CORPORA), value="all", label="corpus", info="; ".join(
+        corpus = gr.Dropdown(list(CORPORA), value=first, label="corpus", info="; ".join(
             f"{k}: {v}" for k, v in CORPORA.items()))
         load = gr.Button("Build or load index")
-        status = gr.Markdown()
+        status = gr.Markdown(f"ready to search: {', '.join(ready)} (opened on the first query)" if ready else
+                             "no index built yet: press 'Build or load index'")
     with gr.Row():
         query = gr.Textbox(label="Query", scale=3)
         k = gr.Slider(1, 50, value=10, step=1, label="k")
@@ -80,18 +104,17 @@ def build_tab(explorer: Explorer) -> None:
     answer_btn = gr.Button("Answer from the top 5")
     answer = gr.Textbox(label="Answer (streamed)", lines=3)
     with gr.Accordion("Downstream QA: each retriever's top-5, same LLM (the paper's Table 1)", open=False):
-        qa_panel()
+        qa_panel(explorer)
 
     def open_index(name: str, progress=gr.Progress()):  # noqa: B008 (Gradio's idiom)
         if name not in CORPORA:
             raise gr.Error(f"unknown corpus {name!r}")
+        try:
+            return "loaded " + describe(opened(name))
+        except ix.IndexStoreError:
+            pass
         path = ix.default_folder(explorer, name)
         with lock:
-            try:
-                state[name] = ix.Index(path, verify=False)
-                return f"loaded {len(state[name]):,} chunks from `{display_path(path)}`"
-            except ix.IndexStoreError:
-                pass
             t0 = time.perf_counter()
             c = explorer.head.config
             passages = load_corpus([name])
@@ -116,12 +139,14 @@ def build_tab(explorer: Explorer) -> None:
     def do_search(q: str, k_: float, m: str, name: str = "all"):
         if not q or not q.strip():
             raise gr.Error("the query is empty")
-        if name not in state:
-            raise gr.Error(f"no index loaded for {name}: press 'Build or load index' first")
+        try:
+            index = opened(name)
+        except ix.IndexStoreError:
+            raise gr.Error(f"no index for {name} yet: press 'Build or load index' to build it") from None
         try:
             k_ = max(1, min(int(k_), 100))
-            result = ix.search(state[name], explorer, q, k_, m)
-            bm25 = ix.search(state[name], explorer, q, 100, "bm25")
+            result = ix.search(index, explorer, q, k_, m)
+            bm25 = ix.search(index, explorer, q, 100, "bm25")
         except UserError as exc:
             raise gr.Error(str(exc)) from None
         bm25_rank = {h["id"]: h["rank"] for h in bm25["hits"]}
@@ -131,7 +156,8 @@ def build_tab(explorer: Explorer) -> None:
         fig.update_layout(title=f"top {len(result['hits'])} by {m} — query {t.get('query_encoding', 0):.2f} s, "
                                 f"scan {t.get('scan', 0):.3f} s", height=300)
         bm25["hits"] = bm25["hits"][:k_]
-        return fig, _hits_table(result, bm25_rank), _hits_table(bm25, bm25_rank).drop(columns=["BM25 rank"])
+        return (fig, _hits_table(result, bm25_rank), _hits_table(bm25, bm25_rank).drop(columns=["BM25 rank"]),
+                describe(index))
 
     def do_answer(q: str, rows: pd.DataFrame):
         if rows is None or len(rows) == 0:
@@ -141,5 +167,6 @@ def build_tab(explorer: Explorer) -> None:
             yield gen.text
 
     load.click(open_index, corpus, status, api_name=False)
-    go_btn.click(on_gpu(do_search), [query, k, method, corpus], [chart, table, bm25_table], api_name="search")
+    go_btn.click(on_gpu(do_search), [query, k, method, corpus], [chart, table, bm25_table, status],
+                 api_name="search")
     answer_btn.click(on_gpu(do_answer), [query, table], answer, api_name=False)
