@@ -96,13 +96,14 @@ def main() -> None:
                      "scan_median_ms": lat["median_ms"], "scan_p95_ms": lat["p95_ms"],
                      "load_s": round(min(load), 2), "compress_s": round(compress_s, 1)})
         print(json.dumps(rows[-1]), flush=True)
+    centroids = Index(work / "res2").manifest["compressed"]["centroids"]  # capped at vectors / 8
     lines = ["| codec | B/chunk | keys MB | disk MiB | top-10 overlap | R@1 | R@10 | MRR@10 | scan median / p95 ms "
              "| load s |", "|---" * 10 + "|"]
     lines += [f"| {r['codec']} | {r['bytes_per_chunk']:,.0f} | {r['key_MB']} | {r['disk_MiB']} | "
               f"{r['top10_overlap_fp16']:.3f} | {r['R@1']:.3f} | {r['R@10']:.3f} | {r['MRR@10']:.3f} | "
               f"{r['scan_median_ms']} / {r['scan_p95_ms']} | {r['load_s']} |" for r in rows]
     result = {"setting": f"{len(qs)} held-out New-Wiki questions (seed 0) against the {len(base):,}-chunk index; "
-                         f"UNREAL head {explorer.head_source}; res codecs over {args.centroids} k-means centroids; "
+                         f"UNREAL head {explorer.head_source}; res codecs over {centroids} k-means centroids; "
                          f"latency over {min(args.latency, len(qs))} single-query scans after query encoding "
                          f"({encode_ms:.0f} ms per query, batches of 16)",
               "query_encoding_ms_per_query": round(encode_ms, 1), "rows": rows, "markdown": "\n".join(lines)}

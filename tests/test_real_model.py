@@ -50,3 +50,20 @@ def test_wikipedia_example(explorer):
     doc = (EXAMPLES / spec["file"]).read_text()
     ranking = explorer.rank([doc], spec["question"], 5, "unreal")
     assert any(spec["answer"] in ranking.chunks[i].text for i in ranking.selected)
+
+
+def test_shipped_index_answers_without_a_build(explorer):
+    """The compressed index in precomputed/index opens with its checksums and finds a New-Wiki paragraph."""
+    from unreal_demo import index as ix
+    from unreal_demo.data import load_squad
+
+    shipped = ix.shipped_folder(explorer, "new_wiki")
+    if not (shipped / "manifest.json").exists():
+        pytest.skip("no shipped index for this head's ℓc")
+    index = ix.Index(shipped)  # verifies every shard and the codec file
+    passages, questions = load_squad("new_wiki")
+    q = next(q for q in questions if q.passage_id == passages[100].id)
+    hits = ix.search(index, explorer, q.text, 10, "unreal")["hits"]
+    bm25 = ix.search(index, explorer, q.text, 10, "bm25")["hits"]
+    assert len(hits) == 10 and any(h["passage"] == q.passage_id for h in hits + bm25)
+    assert index.manifest["dtype"] in ("sq4", "res2", "res1")

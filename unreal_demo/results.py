@@ -7,6 +7,8 @@ UI when a result came from another head than the loaded one.
 
 >>> command(["/x/unreal_demo/__main__.py", "eval", "qa", "--sample", "20"])
 'python -m unreal_demo eval qa --sample 20'
+>>> command(["/x/unreal_demo/__main__.py", "index", "search", "--index", "/data/ix"])
+'python -m unreal_demo index search --index .../data/ix'
 """
 
 from __future__ import annotations
@@ -31,7 +33,8 @@ def command(argv: list[str] | None = None) -> str:
     script = Path(argv[0])
     head = "python -m unreal_demo" if script.name == "__main__.py" and script.parent.name == "unreal_demo" else (
         "unreal" if script.name == "unreal" else f"python {display_path(script)}")
-    return " ".join([head, *map(shlex.quote, argv[1:])])
+    args = [display_path(a) if a.startswith("/") else a for a in argv[1:]]  # no folder of this machine
+    return " ".join([head, *map(shlex.quote, args)])
 
 
 def head_digest(head_path: Path | None) -> str | None:
