@@ -27,10 +27,10 @@ def test_decode_within_the_stated_bound(name):
     stored = X if name in ("fp16", "int8") else cd.normalize(X)
     err = np.abs(codec.decode(codec.encode(X)) - stored)  # (n, L_p, d)
     bound = cd.error_bound(codec, stored)
-    if name == "sq4":  # components outside the 0.1–99.9 percentile range are clipped: 0.2% at most
+    if name == "sq4":  # components outside faiss's trained (quantile) range are clipped: under 1% of them
         t = codec.state["trained"]
         inside = (stored >= t[:32] - 1e-6) & (stored <= t[:32] + t[32:] + 1e-6)
-        assert inside.mean() > 0.995
+        assert inside.mean() > 0.99
         err = err[inside]
     assert err.max() <= bound, (name, err.max(), bound)
     assert codec.bytes_per_vector(32) == {"fp16": 64, "int8": 34, "sq4": 16, "res2": 10, "res1": 6}[name]
@@ -62,11 +62,12 @@ def test_compressed_search_equals_brute_force_over_decoded(tmp_path, built, name
     assert not (tmp_path / name / "bm25").exists()  # rebuilt in memory
     ix = idx.Index(tmp_path / name)
     decoded = torch.cat([ix.vectors(sh) for sh in ix.shards])  # (M, L_p, d)
-    q = torch.nn.functional.normalize(torch.randn(3, 2, 32), dim=-1)
+    q = torch.nn.functional.normalize(torch.randn(3, 2, 32, generator=torch.Generator().manual_seed(1)), dim=-1)
     ref = maxsim_reference(q, torch.nn.functional.normalize(decoded, dim=-1))
     scores, ids = ix.maxsim_topk(q, k=10, block=3)
-    assert torch.equal(ids, ref.topk(10).indices)
-    assert torch.allclose(scores, ref.topk(10).values, atol=2e-3)
+    # the same top-10 up to float rounding: each hit's reference score is the reference's value at that rank
+    assert torch.allclose(ref.gather(1, ids), ref.topk(10).values, atol=1e-5)
+    assert torch.allclose(scores, ref.topk(10).values, atol=1e-4)
     assert ix.texts == idx.Index(built).texts
     bounded = idx.Index(tmp_path / name, decode_budget=0)  # nothing kept: every scan decodes again
     assert torch.equal(bounded.maxsim_topk(q, k=10, block=3)[1], ids) and bounded._decoded_bytes == 0
