@@ -204,7 +204,8 @@ def markdown(table: list[dict]) -> str:
             best = max(cands, key=lambda r: r["f1"][0], default=None)
             row.append(f" {best['f1'][0]:.3f} / {best['em']:.3f} (n={best['n']}) |" if best else " – |")
         full = cell.get(("full", length, None))
-        row.append(f" {full['f1'][0]:.3f} / {full['em']:.3f} |" if full and "f1" in full else " does not fit |")
+        row.append(f" {full['f1'][0]:.3f} / {full['em']:.3f} |" if full and "f1" in full
+                   else " does not fit |" if full else " not run |")
         lines.append("".join(row))
     return "\n".join(lines)
 
