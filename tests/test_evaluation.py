@@ -63,11 +63,11 @@ def test_rank_command_bad_jsonl(tmp_path, capsys):
 
 def test_corpus_store_methods_on_tiny_model(tiny, monkeypatch, tmp_path):
     """Every corpus method ranks the whole corpus; UNREAL equals brute-force MaxSim with BM25's C0."""
-    from unreal_demo.evaluation import corpus_store, full_scores
+    from unreal_demo.evaluation import corpus_store
     from unreal_demo.head import untrained_head
     from unreal_demo.maxsim import maxsim_reference, normalize_chunks
     from unreal_demo.pipeline import Explorer
-    from unreal_demo.retrieval import names, retrieve
+    from unreal_demo.retrieval import all_scores, names, retrieve
 
     monkeypatch.setenv("UNREAL_CACHE", str(tmp_path))
     texts = ["Paris is the capital of France.", "Berlin is in Germany.", "The fox jumps.", "Forty two."]
@@ -82,7 +82,7 @@ def test_corpus_store_methods_on_tiny_model(tiny, monkeypatch, tmp_path):
     with torch.no_grad():
         q = explorer.head(tiny, queries, c0)
     ref = maxsim_reference(q, normalize_chunks(store.keys))
-    assert torch.allclose(full_scores(store, explorer, queries, "unreal"), ref, atol=1e-5)
+    assert torch.allclose(all_scores(store, explorer, queries, "unreal")[1], ref, atol=1e-5)
 
 
 def test_index_retrieval_eval_counts_any_chunk_of_the_gold_paragraph(tmp_path, tiny, monkeypatch):

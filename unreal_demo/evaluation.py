@@ -28,7 +28,7 @@ from .data import Passage, load_squad, load_summaries, read_jsonl
 from .encoding import cached_encode
 from .errors import UserError
 from .results import write_result
-from .retrieval import METHODS, MemoryStore, check, retrieve
+from .retrieval import METHODS, MemoryStore, all_scores, check, retrieve
 from .selection import zscore
 
 KS = (1, 5, 10, 20)
@@ -164,7 +164,7 @@ def run_retrieval_eval(sample: int = 500, methods: Sequence[str] = ("bm25", "den
         where = {p.id: i for i, p in enumerate(dev_corpus)}
         dev_store = corpus_store([p.text for p in dev_corpus], explorer)
         dev_texts = [q.text for q in dev_q]
-        weight = fit_fusion_weight(full_scores(dev_store, explorer, dev_texts, "unreal"),
+        weight = fit_fusion_weight(all_scores(dev_store, explorer, dev_texts, "unreal")[1],
                                    dev_store.bm25_scores(dev_texts), [{where[q.passage_id]} for q in dev_q])
     rows, seconds, memo = [], {}, {}
     for m in methods:
@@ -181,13 +181,6 @@ def run_retrieval_eval(sample: int = 500, methods: Sequence[str] = ("bm25", "den
         "markdown": _markdown(rows),
     }
     return write_result(result, out, explorer)
-
-
-def full_scores(store, explorer, queries: Sequence[str], method: str) -> torch.Tensor:
-    """Every chunk's score ``(Q, M)`` by one method, in chunk order (for fitting the fusion weight)."""
-    found = retrieve(store, explorer, queries, len(store), method)
-    ids, scores = torch.tensor(found.ids), torch.tensor(found.scores)
-    return torch.empty_like(scores).scatter_(1, ids, scores)
 
 
 def run_index_retrieval_eval(explorer, index, sample: int = 1000,

@@ -42,7 +42,7 @@ from .data import Passage, sha256_file
 from .encoding import encode_chunks
 from .errors import UserError
 from .maxsim import inverse_norms, maxsim
-from .selection import BM25, bm25s_tokens
+from .selection import BM25, score_rows
 
 
 class IndexStoreError(UserError, RuntimeError):
@@ -332,12 +332,7 @@ class Index:
 
     def bm25_scores(self, queries: Sequence[str]) -> torch.Tensor:
         """BM25 score of every chunk, ``(Q, M)``."""
-        bm25 = self.bm25()
-        rows = []
-        for tokens in bm25s_tokens(queries):
-            rows.append(torch.as_tensor(bm25.get_scores(tokens), dtype=torch.float32) if tokens
-                        else torch.zeros(len(self)))
-        return torch.stack(rows)
+        return score_rows(self.bm25(), queries, len(self))
 
     def bm25_topk(self, queries: Sequence[str], k: int) -> tuple[torch.Tensor, torch.Tensor]:
         """BM25 scores and chunk ids ``(B, k)``, best first (ties broken as for an in-memory store)."""

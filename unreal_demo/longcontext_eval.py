@@ -27,7 +27,7 @@ from .evaluation import mean_ci, wilson
 from .generation import answer_ids, fits_window, prompt_ids
 from .longcontext import Builder, Context, gold_chunks, label
 from .results import write_result
-from .retrieval import METHODS, MemoryStore, check, retrieve
+from .retrieval import METHODS, MemoryStore, all_scores, check
 from .selection import select_top_n
 from .squad_metrics import contained, exact_match, f1
 
@@ -153,9 +153,7 @@ def run_longcontext(explorer, builder: Builder, lengths: Sequence[int], ns: Sequ
         rankings = {}
         for method in methods:
             if method != "full":
-                found = retrieve(store, explorer, [item.question], len(texts), method)
-                rankings[method] = torch.zeros(len(texts)).scatter_(0, torch.tensor(found.ids[0]),
-                                                                   torch.tensor(found.scores[0]))
+                rankings[method] = all_scores(store, explorer, [item.question], method)[1][0]  # (M,)
         t2 = time.perf_counter()
         base = {"id": item.id, "length": length, "tokens": ctx.tokens, "chunks": len(texts), "depth": item.depth}
         for method, scores in rankings.items():

@@ -25,7 +25,7 @@ from .errors import InputError
 from .generation import Generation, fits_window, prompt_ids, stream_answer
 from .head import QueryHead, untrained_head
 from .paths import DEFAULT_HEADS, display_path
-from .retrieval import METHODS, MemoryStore, check, retrieve
+from .retrieval import METHODS, MemoryStore, all_scores, check
 from .selection import select_top_n
 
 MAX_CHARS = 2_000_000
@@ -171,9 +171,9 @@ class Explorer:
             timings["encode"] = time.perf_counter() - t1
             store = MemoryStore(store.texts, keys, [(torch.cat(tokens), torch.tensor([len(t) for t in tokens]))])
         t2 = time.perf_counter()
-        found = retrieve(store, self, [question], len(chunks), method)
+        found, every = all_scores(store, self, [question], method)
         timings["retrieval"] = time.perf_counter() - t2
-        scores = torch.zeros(len(chunks)).scatter_(0, torch.tensor(found.ids[0]), torch.tensor(found.scores[0]))
+        scores = every[0]  # (M,) in chunk order
         sims = {}
         if found.query_vectors is not None:
             q, normed = found.query_vectors[0], store.scoring_keys(self.head.config.normalize)  # (G, d), (M, L_p, d)

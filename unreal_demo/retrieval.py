@@ -126,7 +126,7 @@ class MemoryStore:
 
     def bm25_scores(self, queries: Sequence[str]) -> torch.Tensor:
         """BM25 score of every chunk, ``(Q, M)``."""
-        return torch.stack([torch.as_tensor(self.bm25.scores(q), dtype=torch.float32) for q in queries])
+        return self.bm25.scores(queries)
 
     def bm25_topk(self, queries: Sequence[str], k: int) -> tuple[torch.Tensor, torch.Tensor]:
         return _topk(self.bm25_scores(queries), k)
@@ -168,6 +168,11 @@ class MemoryStore:
 def _topk(scores: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Scores and ids ``(Q, k)`` best first."""
     return torch.topk(scores, min(k, scores.shape[1]), dim=1)
+
+
+def _chunk_order(ids: torch.Tensor, scores: torch.Tensor, size: int) -> torch.Tensor:
+    """Scores ``(Q, size)`` in chunk order from best-first ids and scores (absent chunks: 0)."""
+    return torch.zeros(ids.shape[0], size).scatter_(1, ids, scores.float())
 
 
 @dataclass
@@ -262,8 +267,15 @@ def retrieve(store, explorer, queries: Sequence[str], k: int, method: str,
     if method == "hybrid-fusion":
         if fusion_weight is None:
             raise RetrievalError("hybrid-fusion needs a fusion weight fitted on the dev split")
-        full_u = torch.empty_like(scores).scatter_(1, ids, scores)  # (Q, M) in chunk order
+        full_u = _chunk_order(ids, scores, len(store))  # (Q, M)
         fused = fusion_weight * zscore(full_u) + (1 - fusion_weight) * zscore(store.bm25_scores(queries))
         f_scores, f_ids = _topk(fused, k)
         return Retrieval(f_ids.tolist(), f_scores.tolist(), timings, q, fusion_weight)
     return Retrieval(ids.tolist(), scores.tolist(), timings, q)
+
+
+def all_scores(store, explorer, queries: Sequence[str], method: str,
+               fusion_weight: float | None = None) -> tuple[Retrieval, torch.Tensor]:
+    """:func:`retrieve` over every chunk, and every chunk's score ``(Q, M)`` in chunk order."""
+    found = retrieve(store, explorer, queries, len(store), method, fusion_weight)
+    return found, _chunk_order(torch.tensor(found.ids), torch.tensor(found.scores), len(store))

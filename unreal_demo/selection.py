@@ -60,12 +60,16 @@ class BM25:
                                               n_threads=1)
         return ids, scores
 
-    def scores(self, query: str) -> np.ndarray:
-        """BM25 score of every indexed text for one query, ``(M,)``."""
-        tokens = bm25s_tokens([query])[0]
-        if not tokens:  # only stop words or punctuation: nothing matches
-            return np.zeros(self.size, dtype=np.float32)
-        return self.retriever.get_scores(tokens)
+    def scores(self, queries: Sequence[str]) -> torch.Tensor:
+        """BM25 score of every indexed text for each query, ``(Q, M)`` (see :func:`score_rows`)."""
+        return score_rows(self.retriever, queries, self.size)
+
+
+def score_rows(retriever: bm25s.BM25, queries: Sequence[str], size: int) -> torch.Tensor:
+    """BM25 score of each of ``size`` indexed texts for each query, ``(Q, M)`` float32; a query of only
+    stop words or punctuation matches nothing (a row of zeros)."""
+    return torch.stack([torch.as_tensor(retriever.get_scores(tokens), dtype=torch.float32) if tokens
+                        else torch.zeros(size) for tokens in bm25s_tokens(queries)])
 
 
 def reciprocal_rank_fusion(rankings: Sequence[Sequence[int]], k: int = 60) -> list[tuple[int, float]]:

@@ -68,6 +68,7 @@ def describe(index: ix.Index) -> str:
 
 def build_tab(explorer: Explorer) -> None:
     state: dict[str, ix.Index] = {}
+    described: dict[str, str] = {}  # the status line of each opened index (its size is read once)
     lock = threading.Lock()
     ready = [name for name in CORPORA if (ix.default_index(explorer, name) / "manifest.json").exists()]
     first = "all" if "all" in ready or not ready else ready[0]
@@ -77,6 +78,8 @@ def build_tab(explorer: Explorer) -> None:
         with lock:
             if name not in state:
                 state[name] = ix.Index(ix.default_index(explorer, name))
+            if name not in described:
+                described[name] = describe(state[name])
             return state[name]
 
     gr.Markdown("Exact MaxSim over every chunk of an offline Wikipedia index (Eq. 4). The index stores chunk "
@@ -110,7 +113,8 @@ def build_tab(explorer: Explorer) -> None:
         if name not in CORPORA:
             raise gr.Error(f"unknown corpus {name!r}")
         try:
-            return "loaded " + describe(opened(name))
+            opened(name)
+            return "loaded " + described[name]
         except ix.IndexStoreError:
             pass
         path = ix.default_folder(explorer, name)
@@ -157,7 +161,7 @@ def build_tab(explorer: Explorer) -> None:
                                 f"scan {t.get('scan', 0):.3f} s", height=300)
         bm25["hits"] = bm25["hits"][:k_]
         return (fig, _hits_table(result, bm25_rank), _hits_table(bm25, bm25_rank).drop(columns=["BM25 rank"]),
-                describe(index))
+                described[name])
 
     def do_answer(q: str, rows: pd.DataFrame):
         if rows is None or len(rows) == 0:
