@@ -11,8 +11,8 @@ import os
 import sys
 import time
 
-from unreal_demo.backbone import DEFAULT_MODEL, BackboneError
-from unreal_demo.head import HeadError
+from unreal_demo.core.backbone import DEFAULT_MODEL, BackboneError
+from unreal_demo.core.head import HeadError
 from unreal_demo.pipeline import Explorer
 
 

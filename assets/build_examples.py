@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 from unreal_demo.backbone import load_backbone
+
 from unreal_demo.data import load_essays, load_squad
 
 HERE = Path(__file__).parent / "examples"

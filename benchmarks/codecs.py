@@ -24,17 +24,17 @@ from pathlib import Path
 
 from index import disk, percentiles, timed_each  # sibling benchmark script
 
-from unreal_demo.codec import CODECS, LOSSY
-from unreal_demo.evaluation import metrics, sample_questions
-from unreal_demo.index import Index, compress_index, default_folder
+from unreal_demo.evaluation.results import write_result
+from unreal_demo.evaluation.retrieval import metrics, sample_questions
 from unreal_demo.pipeline import Explorer
-from unreal_demo.results import write_result
-from unreal_demo.retrieval import contexts, query_vectors
+from unreal_demo.retrieval.registry import contexts, query_vectors
+from unreal_demo.store.codec import CODECS, LOSSY
+from unreal_demo.store.index import Index, compress_index, default_folder
 
 LOAD = """
 import sys, time
 t0 = time.perf_counter()
-from unreal_demo.index import Index
+from unreal_demo.store.index import Index
 ix = Index(sys.argv[1])
 _, ids = ix.bm25_topk(["Who described the Mare Suebicum?"], 2)
 import torch

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from unreal_demo.maxsim import maxsim, maxsim_reference
+from unreal_demo.core.maxsim import maxsim, maxsim_reference
 
 
 def best_of(fn, reps: int = 3) -> float:
@@ -33,7 +33,7 @@ def best_of(fn, reps: int = 3) -> float:
 
 def gpu_row(q: torch.Tensor, k: torch.Tensor) -> dict:
     """Triton kernel vs fp16 einsum + max on the GPU (synchronised timings)."""
-    from unreal_demo.maxsim_triton import maxsim_scores
+    from unreal_demo.core.maxsim_triton import maxsim_scores
 
     qg, kg = q.cuda(), k.cuda()
 

@@ -19,10 +19,10 @@ import statistics
 import time
 from pathlib import Path
 
-from unreal_demo import flops
-from unreal_demo.chunking import CHUNK_TOKENS
-from unreal_demo.data import load_essays
-from unreal_demo.generation import fits_window, prompt_ids, stream_answer
+from unreal_demo.core.chunking import CHUNK_TOKENS
+from unreal_demo.core.generation import fits_window, prompt_ids, stream_answer
+from unreal_demo.data.sources import load_essays
+from unreal_demo.evaluation import flops
 from unreal_demo.pipeline import Explorer
 
 FACT = "The secret ingredient of the best pizza in Oakland is a spoonful of smoked paprika."

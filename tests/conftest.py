@@ -7,7 +7,7 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
-from unreal_demo.backbone import Backbone
+from unreal_demo.core.backbone import Backbone
 
 CORPUS = [
     "The quick brown fox jumps over the lazy dog. A second sentence follows here!",

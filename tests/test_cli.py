@@ -52,7 +52,7 @@ def test_train_refuses_a_shipped_head_and_held_out_data(capsys):
 def test_flops_starts_from_the_shipped_head(capsys):
     import json
 
-    from unreal_demo.paths import DEFAULT_HEADS
+    from unreal_demo.settings import DEFAULT_HEADS
 
     head = json.loads(DEFAULT_HEADS["smollm2-135m-instruct"].with_suffix(".json").read_text())
     assert main(["flops", "--backbone", "smollm2-135m-instruct", "--json"]) == 0

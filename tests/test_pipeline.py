@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from unreal_demo.head import untrained_head
+from unreal_demo.core.head import untrained_head
 from unreal_demo.pipeline import Explorer, InputError
 
 DOC = " ".join(f"Fact number {i} says the value is {i * 7}." for i in range(120))

@@ -54,8 +54,8 @@ def test_wikipedia_example(explorer):
 
 def test_shipped_index_answers_without_a_build(explorer):
     """The compressed index in precomputed/index opens with its checksums and finds a New-Wiki paragraph."""
-    from unreal_demo import index as ix
-    from unreal_demo.data import load_squad
+    from unreal_demo.data.sources import load_squad
+    from unreal_demo.store import index as ix
 
     shipped = ix.shipped_folder(explorer, "new_wiki")
     if not (shipped / "manifest.json").exists():

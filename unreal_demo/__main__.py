@@ -11,17 +11,17 @@ import shutil
 import sys
 from pathlib import Path
 
-from . import retrieval
-from .backbone import DEFAULT_MODEL
-from .chunking import CHUNK_TOKENS
-from .codec import CODECS
+from .core.backbone import DEFAULT_MODEL
+from .core.chunking import CHUNK_TOKENS
 from .errors import InputError, UserError
-from .paths import DEFAULT_HEADS, display_path
+from .retrieval import registry as retrieval
+from .settings import DEFAULT_HEADS, display_path
+from .store.codec import CODECS
 
 
 def _ask(args: argparse.Namespace) -> None:
+    from .data.textio import read_document
     from .pipeline import Explorer, check_inputs
-    from .textio import read_document
 
     docs = [read_document(p) for p in args.doc]
     check_inputs(docs, args.question)  # before the model loads
@@ -39,7 +39,7 @@ def _ask(args: argparse.Namespace) -> None:
 
 
 def _train(args: argparse.Namespace) -> None:
-    from .training import TrainConfig, train
+    from .core.training import TrainConfig, train
 
     overrides = {k: v for k, v in vars(args).items() if k in TrainConfig.__dataclass_fields__ and v is not None}
     head = train(TrainConfig(**overrides), force=args.force)
@@ -49,15 +49,15 @@ def _train(args: argparse.Namespace) -> None:
 
 def _eval(args: argparse.Namespace) -> None:
     if args.what == "ablations":
-        from .ablation import run_ablations
+        from .evaluation.ablation import run_ablations
 
         result = run_ablations(args.steps, args.sample, args.out or "precomputed/ablations.json",
                                args.only.split(",") if args.only else None, args.seed)
         print(json.dumps(result) if args.json else result["markdown"])
         return
     if args.what == "intrinsic":
-        from .intrinsic import run_intrinsic_eval
         from .pipeline import Explorer
+        from .retrieval.intrinsic import run_intrinsic_eval
 
         explorer = Explorer.load(args.model, head=args.head)
         result = run_intrinsic_eval(explorer, args.sample, args.seed, args.out)
@@ -66,10 +66,10 @@ def _eval(args: argparse.Namespace) -> None:
     if args.what == "qa":
         from tqdm import tqdm
 
-        from . import index
+        from .evaluation.qa import METHODS as QA_METHODS
+        from .evaluation.qa import check_methods, run_qa_eval
         from .pipeline import Explorer
-        from .qa_eval import METHODS as QA_METHODS
-        from .qa_eval import check_methods, run_qa_eval
+        from .store import index
 
         methods = check_methods(args.methods.split(",") if args.methods else list(QA_METHODS))
         explorer = Explorer.load(args.model, head=args.head, require_head=True)
@@ -82,9 +82,9 @@ def _eval(args: argparse.Namespace) -> None:
         print(json.dumps(result) if args.json else result["markdown"])
         return
     if args.corpus == "index":
-        from . import index
-        from .evaluation import run_index_retrieval_eval
+        from .evaluation.retrieval import run_index_retrieval_eval
         from .pipeline import Explorer
+        from .store import index
 
         methods = retrieval.check(args.methods.split(",") if args.methods else retrieval.names("index"), "index")
         explorer = Explorer.load(args.model, head=args.head, require_head=True)
@@ -92,7 +92,7 @@ def _eval(args: argparse.Namespace) -> None:
         result = run_index_retrieval_eval(explorer, ix, args.sample, methods, args.seed, args.out)
         print(json.dumps(result) if args.json else result["markdown"])
         return
-    from .evaluation import run_retrieval_eval
+    from .evaluation.retrieval import run_retrieval_eval
 
     methods = retrieval.check(args.methods.split(",") if args.methods else retrieval.names("corpus"), "corpus")
     result = run_retrieval_eval(args.sample, methods, head=args.head, model=args.model,
@@ -104,8 +104,8 @@ def _eval(args: argparse.Namespace) -> None:
 
 
 def _bench(args: argparse.Namespace) -> None:
-    from .longcontext import parse_lengths
-    from .longcontext_eval import run_benchmark
+    from .evaluation.longcontext import parse_lengths
+    from .evaluation.longcontext_run import run_benchmark
     from .pipeline import Explorer
 
     try:
@@ -123,13 +123,13 @@ def _bench(args: argparse.Namespace) -> None:
 
 
 def _rank(args: argparse.Namespace) -> None:
-    from .evaluation import rank_jsonl
+    from .evaluation.retrieval import rank_jsonl
 
     print(json.dumps(rank_jsonl(args.passages, args.queries, args.method, args.k, args.model, args.head)))
 
 
 def _flops(args: argparse.Namespace) -> None:
-    from .flops import Setting, report, resolve_backbone
+    from .evaluation.flops import Setting, report, resolve_backbone
 
     head = None
     if args.backbone in DEFAULT_HEADS:  # the default model: start from its shipped head's R, |C0|, ℓc
@@ -149,8 +149,8 @@ def _flops(args: argparse.Namespace) -> None:
 
 
 def _index(args: argparse.Namespace) -> None:
-    from . import index
     from .pipeline import Explorer
+    from .store import index
 
     if args.action == "search" and (not args.query or not args.query.strip()):
         raise InputError("the query is empty")
@@ -166,7 +166,7 @@ def _index(args: argparse.Namespace) -> None:
         from accelerate import PartialState
         from tqdm import tqdm
 
-        from .data import load_corpus
+        from .data.sources import load_corpus
 
         state = PartialState(cpu=args.cpu)  # under accelerate launch: this process's rank and device
         explorer = Explorer.load(args.model, head=args.head, device=str(state.device))
@@ -204,7 +204,7 @@ def _data(args: argparse.Namespace) -> None:
 
     from tqdm import tqdm
 
-    from .data import SOURCES, fetch_sources, source_status
+    from .data.sources import SOURCES, fetch_sources, source_status
 
     if args.action == "list":
         rows = [source_status(name) for name in SOURCES]

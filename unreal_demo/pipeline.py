@@ -18,17 +18,15 @@ from pathlib import Path
 
 import torch
 
-from .backbone import DEFAULT_MODEL, Backbone, load_backbone
-from .chunking import CHUNK_TOKENS, Chunk, chunk_documents, tokenizer_counters
-from .encoding import encode_chunks
+from .core.backbone import DEFAULT_MODEL, Backbone, load_backbone
+from .core.chunking import CHUNK_TOKENS, Chunk, chunk_documents, tokenizer_counters
+from .core.encoding import encode_chunks
+from .core.generation import Generation, fits_window, prompt_ids, stream_answer
+from .core.head import QueryHead, untrained_head
+from .core.selection import select_top_n
 from .errors import InputError
-from .generation import Generation, fits_window, prompt_ids, stream_answer
-from .head import QueryHead, untrained_head
-from .paths import DEFAULT_HEADS, display_path
-from .retrieval import METHODS, MemoryStore, all_scores, check
-from .selection import select_top_n
-
-MAX_CHARS = 2_000_000
+from .retrieval.registry import METHODS, MemoryStore, all_scores, check
+from .settings import DEFAULT_HEADS, MAX_CHARS, display_path
 
 
 @dataclass

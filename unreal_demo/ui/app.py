@@ -7,7 +7,12 @@ from pathlib import Path
 import gradio as gr
 
 from ..pipeline import Explorer
-from . import about_head, flops_tab, intrinsic_tab, long_document, topn_tab, wikipedia_tab
+from .tabs import about as about_head
+from .tabs import flops as flops_tab
+from .tabs import intrinsic as intrinsic_tab
+from .tabs import long_document
+from .tabs import topn as topn_tab
+from .tabs import wikipedia as wikipedia_tab
 
 CSS = (Path(__file__).resolve().parents[2] / "assets" / "style.css").read_text()
 

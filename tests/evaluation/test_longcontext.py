@@ -1,0 +1,153 @@
+"""The long-context benchmark builder, the SQuAD metrics, and a run on the tiny model."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from unreal_demo.core.chunking import tokenizer_counters
+from unreal_demo.core.head import untrained_head
+from unreal_demo.evaluation import longcontext_run as longcontext_eval
+from unreal_demo.evaluation.longcontext import Builder, Item, build_pool, gold_chunks, parse_lengths, split_passages
+from unreal_demo.evaluation.longcontext_run import ContextEncoder, run_longcontext, summarize
+from unreal_demo.evaluation.metrics import contained, exact_match, f1, normalize_answer
+from unreal_demo.pipeline import Explorer
+
+
+def words(texts):
+    return [len(t.split()) for t in texts]
+
+
+def word_offsets(text):
+    out, pos = [], 0
+    for w in text.split():
+        start = text.index(w, pos)
+        out.append((start, start + len(w)))
+        pos = start + len(w)
+    return out
+
+
+POOL_TEXTS = [f"Distractor passage {i} talks about topic {i}. " * (3 + i % 5) for i in range(400)]
+GOLDS = [f"The gold paragraph {k} says the secret number is {1000 + k}. It is here." for k in range(4)]
+
+
+def builder(seed=0, golds=GOLDS):
+    pool = build_pool(POOL_TEXTS + golds[:2], golds, seed)  # two golds planted in the raw texts
+    items = [Item(str(k), f"What is secret {k}?", (str(1000 + k),), g, d)
+             for k, (g, d) in enumerate(zip(golds, [0.0, 0.3, 0.77, 1.0], strict=True))]
+    return Builder(items, pool, words, word_offsets)
+
+
+class TestBuilder:
+    def test_same_seed_identical_contexts(self):
+        a, b = builder(0), builder(0)
+        for item_a, item_b in zip(a.items, b.items, strict=True):
+            assert a.context(item_a, 500).docs == b.context(item_b, 500).docs
+        assert builder(1).pool != a.pool
+
+    def test_gold_never_in_the_pool(self):
+        b = builder()
+        assert not any(g in p or p in g for g in GOLDS for p in b.pool)
+        assert len(b.pool) == len(POOL_TEXTS)
+
+    @pytest.mark.parametrize("length", [50, 300, 1000, 3000])
+    def test_length_hit_within_one_chunk(self, length):
+        b = builder()
+        for item in b.items:
+            ctx = b.context(item, length)
+            assert abs(sum(words(ctx.docs)) - length) <= 141
+            assert ctx.tokens == sum(words(ctx.docs))
+            assert ctx.docs[ctx.gold_doc] == item.gold
+
+    def test_depth_kept_across_lengths(self):
+        b = builder()
+        for item in b.items:
+            for length in (500, 2000, 6000):
+                ctx = b.context(item, length)
+                assert abs(ctx.gold_doc / (len(ctx.docs) - 1) - item.depth) <= 1.5 / (len(ctx.docs) - 1)
+
+    def test_contexts_are_prefixes_of_one_pool(self):
+        b = builder()
+        short, long = b.context(b.items[1], 500), b.context(b.items[1], 3000)
+        others = [d for i, d in enumerate(long.docs) if i != long.gold_doc]
+        assert others[: short.n_pool] == [d for i, d in enumerate(short.docs) if i != short.gold_doc][: short.n_pool]
+
+    def test_gold_chunks_hold_the_answer(self):
+        texts = ["Other text.", "The number is 1001.", "More gold text without it."]
+        assert gold_chunks(texts, [0, 1, 1], 1, ["1001"]) == {1}
+        assert gold_chunks(texts, [0, 1, 1], 1, ["absent"]) == {1, 2}
+
+    def test_parse_lengths_and_split(self):
+        assert parse_lengths("2K, 128k,1M,500") == [2000, 128000, 1000000, 500]
+        with pytest.raises(ValueError):
+            parse_lengths("8 tokens")
+        parts = split_passages("One two three. Four five six. Seven eight nine.", words=4)
+        assert parts == ["One two three. Four five six.", "Seven eight nine."]
+
+
+class TestSquadMetrics:
+    """Known cases of SQuAD v1.1's official evaluate script."""
+
+    def test_normalisation(self):
+        assert normalize_answer("The  Cat, a hat!") == "cat hat"
+        assert normalize_answer("An apple.") == "apple"
+
+    def test_em_f1(self):
+        assert exact_match("the Denver Broncos", ["Denver Broncos", "Broncos"]) == 1.0
+        assert exact_match("Denver", ["Denver Broncos"]) == 0.0
+        assert f1("Denver", ["Denver Broncos"]) == pytest.approx(2 / 3)
+        assert f1("Carolina Panthers", ["Denver Broncos"]) == 0.0
+        assert f1("", ["x"]) == 0.0
+
+    def test_contained_is_word_aligned(self):
+        assert contained("It was in 1889.", ["1889"]) == 1.0
+        assert contained("in 18890", ["1889"]) == 0.0
+
+
+class TestRun:
+    @pytest.fixture
+    def explorer(self, tiny):
+        return Explorer(tiny, untrained_head(tiny, n_ret=8, n_groups=4, chunk_layer=3, n_context=1), None)
+
+    @pytest.mark.parametrize("depth", [0.0, 0.5, 1.0])  # gold first, inside, after the cut tail
+    def test_keys_equal_direct_encoding(self, explorer, monkeypatch, tmp_path, depth):
+        monkeypatch.setenv("UNREAL_CACHE", str(tmp_path))
+        monkeypatch.setattr(longcontext_eval, "BLOCK", 16)  # several blocks
+        count, offsets = tokenizer_counters(explorer.backbone.tokenizer)
+        b = Builder([Item("0", "q?", ("1000",), GOLDS[0], depth)], build_pool(POOL_TEXTS, GOLDS, 0), count, offsets)
+        ctx = b.context(b.items[0], 1400)  # 1,400 tokens: the last pool passage is cut (a tail)
+        assert ctx.tail and (ctx.gold_doc > ctx.n_pool) == (depth == 1.0)
+        texts, doc_of, keys = ContextEncoder(b, explorer.backbone, explorer.head).keys(ctx)
+        assert (texts, doc_of) == b.chunked(ctx)
+        direct = explorer.encoded([explorer.chunk([t])[0] for t in texts])[0]
+        torch.testing.assert_close(keys, direct, atol=2e-3, rtol=0)  # fp16 cache
+
+    def test_run_rows_and_summary(self, explorer, monkeypatch, tmp_path):
+        monkeypatch.setenv("UNREAL_CACHE", str(tmp_path))
+        monkeypatch.setattr(longcontext_eval, "MAX_NEW_TOKENS", 2)
+        count, offsets = tokenizer_counters(explorer.backbone.tokenizer)
+        items = [Item(str(k), f"What is secret {k}?", (str(1000 + k),), GOLDS[k], 0.5) for k in range(2)]
+        b = Builder(items, build_pool(POOL_TEXTS, GOLDS, 0), count, offsets)
+        out = run_longcontext(explorer, b, [300, 900], [1, 3], ("unreal", "bm25", "full"))
+        assert len(out["rows"]) == 2 * 2 * (2 * 2 + 1)
+        table = {(r["method"], r["length"], r["n"]): r for r in out["table"]}
+        assert table[("bm25", 300, 3)]["questions"] == 2 and "f1" in table[("bm25", 300, 3)]
+        full = [r for r in out["rows"] if r["method"] == "full"]
+        assert all(r["recall"] == 1.0 for r in full)  # full context always holds the gold chunk
+        again = run_longcontext(explorer, b, [300, 900], [1, 3], ("unreal", "bm25", "full"))
+        assert [r.get("answer") for r in again["rows"]] == [r.get("answer") for r in out["rows"]]
+        assert summarize(again["rows"]) == out["table"]
+
+
+def test_plots_draw_both_methods_and_full_context():
+    from unreal_demo.ui.plots import length_curve, topn_curve
+
+    table = [{"method": m, "length": 2000, "n": n, "f1": [0.1 * n, 0, 1], "recall": 0.2 * n}
+             for m in ("unreal", "bm25") for n in (1, 2, 3)]
+    table.append({"method": "full", "length": 2000, "n": None, "f1": [0.25, 0, 1], "recall": 1.0})
+    fig = topn_curve(table, 2000, "f1")
+    assert [t.name for t in fig.data] == ["UNREAL f1", "UNREAL evidence recall@n", "BM25 f1",
+                                          "BM25 evidence recall@n"]
+    assert list(fig.data[0].y) == [0.1, 0.2, pytest.approx(0.3)]
+    best = length_curve(table, "f1")
+    assert [list(t.y) for t in best.data] == [[pytest.approx(0.3)], [pytest.approx(0.3)], [0.25]]

@@ -1,0 +1,212 @@
+"""The sharded index: brute-force equality, resume after a kill, checksums, settings clashes, hybrid fusion."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from unreal_demo.core.encoding import encode_chunks
+from unreal_demo.core.head import untrained_head
+from unreal_demo.core.maxsim import maxsim_reference, normalize_chunks
+from unreal_demo.core.selection import reciprocal_rank_fusion
+from unreal_demo.data.sources import Passage
+from unreal_demo.pipeline import Explorer
+from unreal_demo.retrieval.registry import MemoryStore, RetrievalError, retrieve
+from unreal_demo.store import index as idx
+
+PASSAGES = [Passage(f"p{i}", f"Title {i}", f"Passage {i} tells that item {i} weighs {i * 3} kilograms. " * (1 + i % 3),
+                    "test") for i in range(23)]
+
+
+@pytest.fixture()
+def explorer(tiny):
+    return Explorer(tiny, untrained_head(tiny, n_ret=4, n_groups=2, chunk_layer=3, n_context=1), None)
+
+
+def build(tmp_path, tiny, **kw):
+    return idx.build_index(tmp_path / "ix", tiny, PASSAGES, layer=3, n_pool=7, shard_size=5, **kw)
+
+
+def test_search_equals_brute_force(tmp_path, tiny, explorer):
+    manifest = build(tmp_path, tiny)
+    ix = idx.Index(tmp_path / "ix")
+    texts = [c["text"] for c in ix.chunks]
+    assert manifest["head_independent"] and len(manifest["shards"]) == -(-len(texts) // 5)
+    q = torch.nn.functional.normalize(torch.randn(2, 2, 32), dim=-1)
+    keys = normalize_chunks(encode_chunks(tiny, texts, 3, 7).half().float())
+    ref = maxsim_reference(q, keys)
+    scores, ids = ix.maxsim_topk(q, k=50, block=3)  # k > number of chunks: clamped
+    assert ids.shape == (2, len(texts))
+    assert torch.allclose(scores, ref.sort(dim=1, descending=True).values, atol=1e-4)
+    hit = idx.search(ix, explorer, "item 7 weighs", k=3, method="unreal")
+    assert [h["rank"] for h in hit["hits"]] == [1, 2, 3] and set(hit["timings"]) >= {"query_encoding", "scan"}
+
+
+def test_int8_is_close_to_fp16(tmp_path, tiny):
+    build(tmp_path, tiny, dtype="int8")
+    ix = idx.Index(tmp_path / "ix")
+    q = torch.nn.functional.normalize(torch.randn(1, 2, 32), dim=-1)
+    texts = [c["text"] for c in ix.chunks]
+    ref = maxsim_reference(q, normalize_chunks(encode_chunks(tiny, texts, 3, 7)))
+    scores, _ = ix.maxsim_topk(q, k=5)
+    assert torch.allclose(scores[0], ref[0].topk(5).values, atol=2e-2)
+
+
+def test_killed_build_resumes_to_the_same_index(tmp_path, tiny, monkeypatch):
+    full = idx.build_index(tmp_path / "a", tiny, PASSAGES, layer=3, shard_size=5)
+    calls = {"n": 0}
+    real = idx.encode_chunks
+
+    def dying(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise KeyboardInterrupt  # the build is killed while encoding its third shard
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(idx, "encode_chunks", dying)
+    with pytest.raises(KeyboardInterrupt):
+        idx.build_index(tmp_path / "b", tiny, PASSAGES, layer=3, shard_size=5)
+    with pytest.raises(idx.IndexStoreError, match="incomplete"):
+        idx.Index(tmp_path / "b")
+    monkeypatch.setattr(idx, "encode_chunks", real)
+    resumed = idx.build_index(tmp_path / "b", tiny, PASSAGES, layer=3, shard_size=5)
+    assert [s["files"] for s in resumed["shards"]] == [s["files"] for s in full["shards"]]
+
+
+def test_corrupted_shard_and_clashes(tmp_path, tiny):
+    build(tmp_path, tiny)
+    shard = tmp_path / "ix" / "shard_00001.npy"
+    raw = bytearray(shard.read_bytes())
+    raw[-1] ^= 0xFF
+    shard.write_bytes(bytes(raw))
+    with pytest.raises(idx.IndexStoreError, match="checksum"):
+        idx.Index(tmp_path / "ix")
+    with pytest.raises(idx.IndexStoreError, match="other settings"):
+        idx.build_index(tmp_path / "ix", tiny, PASSAGES, layer=2, shard_size=5)
+    m = json.loads((tmp_path / "ix" / "manifest.json").read_text())
+    ix = idx.Index(tmp_path / "ix", verify=False)
+    with pytest.raises(idx.IndexStoreError, match="ℓc"):
+        ix.check_backbone(tiny, m["chunk_layer"] + 1)
+
+
+def test_hybrid_rrf_by_hand():
+    ranked = reciprocal_rank_fusion([[3, 1, 2], [1, 4]], k=60)
+    fused = dict(ranked)
+    assert fused[1] == pytest.approx(1 / 62 + 1 / 61)
+    assert fused[3] == pytest.approx(1 / 61) and fused[4] == pytest.approx(1 / 62)
+    assert ranked[0][0] == 1 and [s for _, s in ranked] == sorted(fused.values(), reverse=True)
+
+
+def test_dense_and_sparse_methods_equal_brute_force(tmp_path, tiny, explorer):
+    from unreal_demo.retrieval import dense, sparse
+
+    idx.build_index(tmp_path / "ix", tiny, PASSAGES, layer=3, shard_size=5, token_states=True, dense=True)
+    ix = idx.Index(tmp_path / "ix")
+    texts = [c["text"] for c in ix.chunks]
+    toks: list[torch.Tensor] = []
+    keys = encode_chunks(tiny, texts, 3, 7, tokens_out=toks)
+    queries = ["item 7 weighs", "Passage 12 tells"]
+    qt = sparse.query_token_states(tiny, queries, 3)
+    ref = sparse.fuse(sparse.sparse_scores(qt, [(torch.cat(toks), torch.tensor([len(t) for t in toks]))]),
+                      sparse.pooled_scores(qt, keys.half().float().mean(1)))
+    scores, ids = ix.sparse_topk(qt, k=4)
+    assert torch.allclose(scores, ref.topk(4).values, atol=1e-3)
+    ids_d = retrieve(ix, explorer, queries, k=3, method="dense").ids
+    ref_d = (dense.embed(queries) @ dense.embed(texts).T).topk(3).indices
+    assert ids_d == ref_d.tolist()
+    found = retrieve(ix, explorer, queries, k=4, method="sparse")
+    assert found.ids == ids.tolist() and set(found.timings) >= {"query_encoding", "scan"}
+
+
+def test_index_and_memory_store_give_the_same_rankings(tmp_path, tiny, explorer):
+    """The one query path over the two stores: an fp16 index and the same chunks in memory agree."""
+    idx.build_index(tmp_path / "ix", tiny, PASSAGES, layer=3, shard_size=5, dense=False)
+    ix = idx.Index(tmp_path / "ix")
+    texts = [c["text"] for c in ix.chunks]
+    store = MemoryStore(texts, encode_chunks(tiny, texts, 3, 7))
+    queries = ["item 7 weighs", "Passage 12 tells", "kilograms"]
+    for method in ("bm25", "unreal", "hybrid-rrf"):
+        a, b = retrieve(ix, explorer, queries, 5, method), retrieve(store, explorer, queries, 5, method)
+        assert a.ids == b.ids, method
+        assert torch.allclose(torch.tensor(a.scores), torch.tensor(b.scores), atol=2e-3), method
+
+
+def test_methods_the_index_lacks_are_refused(tmp_path, tiny, explorer):
+    build(tmp_path, tiny)
+    ix = idx.Index(tmp_path / "ix")
+    for method, flag in (("dense", "--dense"), ("sparse", "--token-states")):
+        with pytest.raises(idx.IndexStoreError, match=flag):
+            retrieve(ix, explorer, ["item 7"], k=3, method=method)
+    with pytest.raises(RetrievalError, match="unknown retrieval method"):
+        retrieve(ix, explorer, ["item 7"], k=3, method="colbert")
+
+
+def test_two_process_accelerate_build_equals_one_process(tmp_path):
+    """`accelerate launch` with 2 CPU processes (torchrun + gloo): each writes its own shards, the manifest
+    merges them, and the index equals a one-process build."""
+    import os
+    import subprocess
+    import sys
+
+    import numpy as np
+    from conftest import make_backbone
+
+    bb = make_backbone()
+    bb.model.save_pretrained(tmp_path / "tiny")
+    bb.tokenizer.save_pretrained(tmp_path / "tiny")
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text("".join(json.dumps({"id": p.id, "title": p.title, "text": p.text}) + "\n" for p in PASSAGES))
+    flags = ["-m", "unreal_demo", "index", "build", "--model", str(tmp_path / "tiny"), "--corpus", str(corpus),
+             "--chunk-layer", "2", "--n-pool", "3", "--shard-size", "4", "--no-dense", "--token-states", "--cpu"]
+    env = os.environ | {"OMP_NUM_THREADS": "1", "PYTHONPATH": os.getcwd()}
+    launch = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
+              "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
+              "--main_process_port", "29517"]
+    for cmd, out in ((launch + flags, "two"), ([sys.executable] + flags, "one")):
+        run = subprocess.run(cmd + ["--out", str(tmp_path / out)], env=env, capture_output=True, text=True,
+                             timeout=300)
+        assert run.returncode == 0, run.stderr[-2000:]
+    two, one = (json.loads((tmp_path / n / "manifest.json").read_text()) for n in ("two", "one"))
+    assert two["build"]["processes"] == 2 and one["build"]["processes"] == 1
+    assert {json.loads(p.read_text())["process"] for p in (tmp_path / "two").glob("shard_*.json")} == {0, 1}
+    assert (tmp_path / "two" / "chunks.jsonl").read_text() == (tmp_path / "one" / "chunks.jsonl").read_text()
+    assert [list(s["files"]) for s in two["shards"]] == [list(s["files"]) for s in one["shards"]]
+    for s in two["shards"]:
+        for name in s["files"]:
+            assert np.allclose(np.load(tmp_path / "two" / name), np.load(tmp_path / "one" / name), atol=1e-3)
+    assert len(idx.Index(tmp_path / "two")) == len(PASSAGES)
+
+
+SHARDED = """
+import sys, torch, torch.distributed as dist
+from unreal_demo.store.index import Index, sharded_maxsim_topk
+dist.init_process_group("gloo")
+ix, q = Index(sys.argv[1]), torch.load(sys.argv[2])
+scores, ids = sharded_maxsim_topk(ix, q, int(sys.argv[3]))
+if dist.get_rank() == 0:
+    torch.save((scores, ids), sys.argv[4])
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.parametrize("k", [4, 40])  # k above the chunks one process holds, and above all chunks
+def test_sharded_scan_over_two_processes_equals_one(tmp_path, tiny, k):
+    import os
+    import subprocess
+    import sys
+
+    build(tmp_path, tiny)
+    ix = idx.Index(tmp_path / "ix")
+    q = torch.nn.functional.normalize(torch.randn(3, 2, 32), dim=-1)
+    torch.save(q, tmp_path / "q.pt")
+    (tmp_path / "run.py").write_text(SHARDED)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29518",
+           str(tmp_path / "run.py"), str(tmp_path / "ix"), str(tmp_path / "q.pt"), str(k), str(tmp_path / "o.pt")]
+    run = subprocess.run(cmd, env=os.environ | {"OMP_NUM_THREADS": "1", "PYTHONPATH": os.getcwd()},
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    scores, ids = torch.load(tmp_path / "o.pt")
+    ref_s, ref_i = ix.maxsim_topk(q, k)
+    assert torch.allclose(scores, ref_s, atol=1e-5) and torch.equal(ids, ref_i)

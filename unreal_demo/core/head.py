@@ -1,0 +1,225 @@
+"""Eqs. 2–3 — the query side: soft prompt P, retrieval tokens ρ, layer weights α, G-group pooling.
+
+Eq. 2:  x_ret = [P, C0(x), x_1..x_Tq, ρ_1..ρ_R]   (after a fixed attention-sink token)
+Eq. 3:  q_r = Σ_ℓ α_ℓ · LLM_ℓ(x_ret)[pos(ρ_r)],  then the R states are mean-pooled into G groups.
+
+Only P (1 × d), ρ (R × d) and α (one weight per read-out layer) are trained:
+(R + 1)·d + |α| parameters; the backbone stays frozen. A head is stored as
+``NAME.safetensors`` (weights) + ``NAME.json`` (:class:`HeadConfig`).
+
+Example
+-------
+>>> states = torch.ones(1, 2, 4, 3)              # (B, |α|, R, d)
+>>> alpha = torch.tensor([0.5, 0.5])
+>>> torch.einsum("l,blrd->brd", alpha, states).shape
+torch.Size([1, 4, 3])
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
+from torch import nn
+
+from ..errors import UserError
+from .backbone import Backbone
+from .encoding import run_blocks
+
+
+class HeadError(UserError, ValueError):
+    """A head file that is missing, corrupted, or does not fit the loaded model."""
+
+
+@dataclass
+class HeadConfig:
+    """Everything needed to rebuild a head and to score chunks the way it was trained.
+
+    The defaults are the shipped head's settings (``precomputed/heads/smollm2-135m``); training
+    (:class:`training.TrainConfig`) takes its defaults from here.
+    """
+
+    model: str
+    hidden_size: int
+    n_layers: int
+    chunk_layer: int = 25  # ℓc
+    n_pool: int = 7  # L_p
+    n_ret: int = 32  # R
+    n_groups: int = 4  # G
+    n_context: int = 2  # |C0|
+    context_tokens: int = 64  # each C0 passage cut to this many tokens
+    chunk_tokens: int = 256  # chunks cut to this many tokens when encoded
+    readout_layers: list[int] = field(default_factory=list)  # 1-based; empty = all blocks
+    use_prompt: bool = False
+    normalize: bool = True  # L2-normalise query groups and pooled chunk vectors
+    temperature: float = 0.05
+    trained: bool = False
+    provenance: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.readout_layers:
+            self.readout_layers = list(range(1, self.n_layers + 1))
+        if self.n_ret % self.n_groups:
+            raise HeadError(f"R={self.n_ret} must be a multiple of G={self.n_groups}")
+        if not 1 <= self.chunk_layer <= self.n_layers:
+            raise HeadError(f"chunk_layer {self.chunk_layer} outside 1..{self.n_layers}")
+
+
+def query_text(query: str, context: Sequence[str]) -> str:
+    """The text part of x_ret: the C0 passages, then the question."""
+    parts = [c.strip() for c in context if c.strip()]
+    return "\n\n".join([*parts, f"Question: {query.strip()}"])
+
+
+class QueryHead(nn.Module):
+    """The trained query side of UNREAL (Eqs. 2–3)."""
+
+    def __init__(self, config: HeadConfig, seed: int = 0) -> None:
+        super().__init__()
+        self.config = config
+        d = config.hidden_size
+        gen = torch.Generator().manual_seed(seed)
+        self.prompt = nn.Parameter(torch.randn(1, d, generator=gen) * 0.02)  # P
+        self.rho = nn.Parameter(torch.randn(config.n_ret, d, generator=gen) * 0.02)  # ρ
+        n = len(config.readout_layers)
+        self.alpha = nn.Parameter(torch.full((n,), 1.0 / n))  # α
+
+    def init_from_embeddings(self, backbone: Backbone, seed: int = 0) -> None:
+        """Scale P and ρ to the norm of real token embeddings (random rows of the embedding matrix)."""
+        emb = backbone.model.get_input_embeddings().weight.detach().float().cpu()
+        gen = torch.Generator().manual_seed(seed)
+        rows = torch.randint(0, emb.shape[0], (self.config.n_ret + 1,), generator=gen)
+        with torch.no_grad():
+            self.prompt.copy_(emb[rows[:1]])
+            self.rho.copy_(emb[rows[1:]])
+
+    def n_params(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
+    def digest(self) -> str:
+        """SHA-1 of the configuration and every trained value: two heads with one digest score alike."""
+        h = hashlib.sha1(json.dumps(asdict(self.config), sort_keys=True, default=str).encode())
+        for name, t in sorted(self.state_dict().items()):
+            h.update(name.encode() + t.detach().float().cpu().numpy().tobytes())
+        return h.hexdigest()
+
+    def check_backbone(self, backbone: Backbone) -> None:
+        """Raise :class:`HeadError` if the head was built for a different hidden size or depth."""
+        c = self.config
+        if c.hidden_size != backbone.hidden_size or c.n_layers != backbone.n_layers:
+            raise HeadError(
+                f"head is for d={c.hidden_size}, L={c.n_layers} ({c.model}); "
+                f"model {backbone.name} has d={backbone.hidden_size}, L={backbone.n_layers}"
+            )
+
+    def build_prefix(
+        self, backbone: Backbone, queries: Sequence[str], contexts: Sequence[Sequence[str]]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Embeddings of ``[sink, P, C0(x), x]`` for a batch, left-padded so that ρ follows at the end.
+
+        Returns
+        -------
+        embeds ``(B, T, d)`` and mask ``(B, T)`` (1 for real tokens).
+        """
+        c, tok = self.config, backbone.tokenizer
+        rows = []
+        for query, ctx in zip(queries, contexts, strict=True):
+            cut = [tok.decode(tok(p, add_special_tokens=False)["input_ids"][: c.context_tokens]) for p in ctx]
+            rows.append(tok(query_text(query, cut), add_special_tokens=False)["input_ids"])
+        n_p = 1 if c.use_prompt else 0
+        width = 1 + n_p + max(len(r) for r in rows)
+        ids = torch.full((len(rows), width), backbone.pad_id, dtype=torch.long)
+        mask = torch.zeros(len(rows), width, dtype=torch.long)
+        is_prompt = torch.zeros(len(rows), width, dtype=torch.bool)
+        for b, r in enumerate(rows):
+            start = width - len(r) - 1 - n_p
+            ids[b, start] = backbone.sink_id
+            ids[b, width - len(r) :] = torch.tensor(r, dtype=torch.long)
+            mask[b, start:] = 1
+            is_prompt[b, start + 1] = bool(n_p)
+        dev = backbone.device
+        embeds = backbone.embed(ids.to(dev))  # (B, T, d)
+        if n_p:  # P replaces the placeholder after the sink (differentiable)
+            embeds = torch.where(is_prompt.to(dev).unsqueeze(-1), self.prompt.to(dev, embeds.dtype), embeds)
+        return embeds, mask.to(dev)
+
+    def retrieval_states(
+        self, backbone: Backbone, queries: Sequence[str], contexts: Sequence[Sequence[str]]
+    ) -> dict[int, torch.Tensor]:
+        """Residual states ``LLM_l(x_ret)`` at the R ρ positions, ``(B, R, d)`` per read-out layer.
+
+        With P (``use_prompt``), gradients reach P through the whole prefix, so x_ret runs in one
+        pass. Without P, nothing before ρ depends on trained parameters: the prefix runs once
+        without gradients into a KV cache and only the R ρ tokens are differentiated, ~3x cheaper.
+        """
+        from transformers import DynamicCache
+
+        c = self.config
+        prefix, mask = self.build_prefix(backbone, queries, contexts)  # (B, T, d), (B, T)
+        b, dev = prefix.shape[0], prefix.device
+        pos = (mask.cumsum(1) - 1).clamp(min=0)  # (B, T)
+        rho = self.rho.to(dev, prefix.dtype).unsqueeze(0).expand(b, -1, -1)  # (B, R, d)
+        rho_pos = mask.sum(1, keepdim=True) + torch.arange(c.n_ret, device=dev)  # (B, R)
+        full_mask = torch.cat([mask, torch.ones(b, c.n_ret, dtype=mask.dtype, device=dev)], 1)
+        if c.use_prompt:
+            states = run_blocks(backbone, c.readout_layers, inputs_embeds=torch.cat([prefix, rho], 1),
+                                attention_mask=full_mask, position_ids=torch.cat([pos, rho_pos], 1))
+            return {layer: h[:, -c.n_ret :] for layer, h in states.items()}
+        cache = DynamicCache(config=backbone.model.config)
+        with torch.no_grad():
+            run_blocks(backbone, [max(c.readout_layers)], inputs_embeds=prefix, attention_mask=mask,
+                       position_ids=pos, cache=cache)
+        return run_blocks(backbone, c.readout_layers, inputs_embeds=rho, attention_mask=full_mask,
+                          position_ids=rho_pos, cache=cache)
+
+    def forward(
+        self, backbone: Backbone, queries: Sequence[str], contexts: Sequence[Sequence[str]]
+    ) -> torch.Tensor:
+        """Query vectors ``(B, G, d)`` (float32) for a batch of questions with their C0 passages."""
+        c = self.config
+        states = self.retrieval_states(backbone, queries, contexts)
+        stacked = torch.stack([states[layer].float() for layer in c.readout_layers], 1)  # (B, |α|, R, d)
+        q = torch.einsum("l,blrd->brd", self.alpha.to(stacked.device), stacked)  # (B, R, d)
+        q = q.reshape(q.shape[0], c.n_groups, c.n_ret // c.n_groups, -1).mean(2)  # (B, G, d)
+        return nn.functional.normalize(q, dim=-1) if c.normalize else q
+
+    def save(self, path: str | Path) -> None:
+        """Write ``path.safetensors`` and ``path.json``."""
+        path = Path(path).with_suffix("")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        save_file({k: v.detach().cpu().contiguous() for k, v in self.state_dict().items()},
+                  str(path.with_suffix(".safetensors")))
+        path.with_suffix(".json").write_text(json.dumps(asdict(self.config), indent=2))
+
+    @classmethod
+    def load(cls, path: str | Path) -> QueryHead:
+        """Load a head saved by :meth:`save`; raise :class:`HeadError` on a missing or damaged file."""
+        path = Path(path).with_suffix("")
+        try:
+            config = HeadConfig(**json.loads(path.with_suffix(".json").read_text()))
+            state = load_file(str(path.with_suffix(".safetensors")))
+        except FileNotFoundError as exc:
+            raise HeadError(f"head file missing: {exc.filename}") from None
+        except (json.JSONDecodeError, TypeError, OSError, ValueError, SafetensorError) as exc:
+            raise HeadError(f"head {path} is corrupted or truncated: {str(exc).splitlines()[0]}") from None
+        head = cls(config)
+        try:
+            head.load_state_dict(state)
+        except RuntimeError as exc:
+            raise HeadError(f"head {path} does not match its config: {str(exc).splitlines()[0]}") from None
+        return head
+
+
+def untrained_head(backbone: Backbone, **overrides) -> QueryHead:
+    """A fresh head for ``backbone`` (ℓc defaults to 2/3 of the depth)."""
+    settings = {"chunk_layer": max(1, round(backbone.n_layers * 2 / 3))} | overrides
+    head = QueryHead(HeadConfig(model=backbone.name, hidden_size=backbone.hidden_size,
+                                n_layers=backbone.n_layers, **settings))
+    head.init_from_embeddings(backbone)
+    return head

@@ -1,0 +1,195 @@
+"""A LOFT-style long-context benchmark built from real offline text (paper Section 4, Appendix B.2).
+
+Each question of SQuAD-Shifts New-Wiki (never trained on) gets one context per length:
+its gold paragraph, placed at a relative depth drawn once per question, among distractor
+documents taken in order from one fixed shuffled pool of real text (Wikipedia lead
+summaries, Paul Graham essays and a Project Gutenberg novel, split into passages). Every
+New-Wiki paragraph is removed from the pool. Because every context at every length is a
+prefix of the same pool, only the amount of surrounding text changes with the length, and
+distractor chunks are shared by every question (one encoding serves them all). The last
+distractor is cut so that the context hits its length (in the model's tokens) within one
+chunk. Lengths are written 2K = 2,000 tokens, so "8K" plus the prompt fits an 8,192 window.
+
+Example
+-------
+>>> parse_lengths("2K,8K,1M")
+[2000, 8000, 1000000]
+"""
+
+from __future__ import annotations
+
+import functools
+import random
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from ..core.chunking import CHUNK_TOKENS, chunk_documents, sentence_spans
+from ..errors import InputError
+from .metrics import normalize_answer
+
+DEFAULT_LENGTHS = (2_000, 4_000, 8_000, 16_000, 32_000, 128_000, 1_000_000)
+DEFAULT_NS = (1, 2, 3, 5, 8, 10, 15, 20, 30)
+
+
+def parse_lengths(text: str) -> list[int]:
+    """``"2K,8K,1M"`` → ``[2000, 8000, 1000000]`` (plain integers are taken as tokens).
+
+    Raises
+    ------
+    ValueError
+        For an unreadable or non-positive length.
+    """
+    out = []
+    for part in text.split(","):
+        m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kKmM]?)\s*", part)
+        if not m:
+            raise InputError(f"cannot read length {part!r}; use e.g. 2K,8K,128K,1M")
+        value = float(m.group(1)) * {"": 1, "k": 1_000, "m": 1_000_000}[m.group(2).lower()]
+        if value < 1:
+            raise ValueError(f"length {part!r} must be positive")
+        out.append(int(value))
+    return out
+
+
+def label(length: int) -> str:
+    """2000 → "2K", 1000000 → "1M"."""
+    return f"{length // 1_000_000}M" if length % 1_000_000 == 0 else f"{length / 1000:g}K"
+
+
+def split_passages(text: str, words: int = 150) -> list[str]:
+    """Cut a long text into sentence-aligned passages of about ``words`` words."""
+    out, current, count = [], [], 0
+    for s, e in sentence_spans(text):
+        sentence = " ".join(text[s:e].split())
+        current.append(sentence)
+        count += len(sentence.split())
+        if count >= words:
+            out.append(" ".join(current))
+            current, count = [], 0
+    if current:
+        out.append(" ".join(current))
+    return out
+
+
+def _shingles(text: str, width: int = 12) -> set[int]:
+    words = normalize_answer(text).split()
+    return {hash(" ".join(words[i : i + width])) for i in range(max(1, len(words) - width + 1))}
+
+
+def build_pool(texts: Sequence[str], exclude: Sequence[str], seed: int) -> list[str]:
+    """The shuffled distractor pool: ``texts`` minus any text sharing a run of 12 words with an excluded one."""
+    banned = set().union(*(_shingles(t) for t in exclude if t.strip()))
+    keep = [t for t in texts if normalize_answer(t) and not (_shingles(t) & banned)]
+    random.Random(seed).shuffle(keep)
+    return keep
+
+
+@dataclass(frozen=True)
+class Item:
+    """One benchmark question: its text, gold answers, gold paragraph, and relative depth in [0, 1]."""
+
+    id: str
+    question: str
+    answers: tuple[str, ...]
+    gold: str
+    depth: float
+
+
+@dataclass
+class Context:
+    """A context of one item at one length: documents in order, the gold one's index, token count."""
+
+    docs: list[str]
+    gold_doc: int
+    tokens: int
+    n_pool: int  # whole pool passages used (the next one, cut, is ``docs``' extra tail, if any)
+    tail: str  # the cut pool passage ("" if none)
+
+
+class Builder:
+    """Deterministic contexts for every item at every length (see the module docstring).
+
+    Parameters
+    ----------
+    items : the questions, with their gold paragraphs and depths.
+    pool : the shuffled distractor passages (:func:`build_pool`).
+    count_tokens, offsets : the model tokenizer's counters (:func:`chunking.tokenizer_counters`).
+    """
+
+    def __init__(self, items: Sequence[Item], pool: Sequence[str], count_tokens: Callable,
+                 offsets: Callable) -> None:
+        self.items, self.pool = list(items), list(pool)
+        self.count, self.offsets = count_tokens, offsets
+        self._pool_tokens: list[int] = []
+        self._chunks: dict[str, list[str]] = {}
+
+    def pool_tokens(self, upto: int) -> list[int]:
+        """Token counts of the pool's passages, counted lazily until their sum reaches ``upto``."""
+        while sum(self._pool_tokens) < upto and len(self._pool_tokens) < len(self.pool):
+            start = len(self._pool_tokens)
+            self._pool_tokens += self.count(self.pool[start : start + 256])
+        return self._pool_tokens
+
+    def context(self, item: Item, length: int) -> Context:
+        """The documents of ``item``'s context at ``length`` tokens, gold placed at ``item.depth``."""
+        gold_tokens = self.count([item.gold])[0]
+        budget = max(0, length - gold_tokens)
+        counts = self.pool_tokens(budget)
+        used, total = 0, 0
+        while used < len(counts) and total + counts[used] <= budget:
+            total += counts[used]
+            used += 1
+        docs, tail = list(self.pool[:used]), ""
+        left = budget - total
+        if used < len(self.pool) and left >= 16:  # cut the next passage to fill the budget
+            cut = self.offsets(self.pool[used])[left - 1][1]
+            tail = self.pool[used][:cut]
+            docs.append(tail)
+        at = round(item.depth * len(docs))
+        docs.insert(at, item.gold)
+        return Context(docs, at, gold_tokens + total + (self.count([tail])[0] if tail else 0), used, tail)
+
+    def chunks_of(self, doc: str) -> list[str]:
+        """Sentence-aligned chunks of one document (memoised: pool passages recur in every context)."""
+        if doc not in self._chunks:
+            self._chunks[doc] = [c.text for c in chunk_documents([doc], self.count, self.offsets, CHUNK_TOKENS)]
+        return self._chunks[doc]
+
+    def chunked(self, ctx: Context) -> tuple[list[str], list[int]]:
+        """Chunk texts of a context in document order, and the index of each chunk's document."""
+        texts, doc_of = [], []
+        for d, doc in enumerate(ctx.docs):
+            pieces = self.chunks_of(doc)
+            texts += pieces
+            doc_of += [d] * len(pieces)
+        return texts, doc_of
+
+
+def gold_chunks(texts: Sequence[str], doc_of: Sequence[int], gold_doc: int, answers: Sequence[str]) -> set[int]:
+    """Chunks of the gold document that contain a gold answer (all of its chunks if none does)."""
+    mine = [i for i, d in enumerate(doc_of) if d == gold_doc]
+    norm = [normalize_answer(a) for a in answers if normalize_answer(a)]
+    hit = {i for i in mine if any(a in normalize_answer(texts[i]) for a in norm)}
+    return hit or set(mine)
+
+
+@functools.lru_cache(maxsize=4)
+def offline_builder(tokenizer, sample: int, seed: int = 0) -> Builder:
+    """The benchmark on the offline data: ``sample`` New-Wiki questions (seeded), depths, and the pool.
+
+    Memoised (with its chunk cache), so the app's live runs pay for the pool once.
+    """
+    from ..core.chunking import tokenizer_counters
+    from ..data.sources import load_essays, load_novel, load_squad, load_summaries
+
+    paragraphs, questions = load_squad("new_wiki")
+    text_of = {p.id: p.text for p in paragraphs}
+    rng = random.Random(seed)
+    chosen = rng.sample(questions, min(sample, len(questions)))
+    items = [Item(q.id, q.text, q.answers, text_of[q.passage_id], rng.random()) for q in chosen]
+    raw = [p.text for p in load_summaries()]
+    for long_text in [e.text for e in load_essays()] + [load_novel().text]:
+        raw += split_passages(long_text)
+    pool = build_pool(raw, [p.text for p in paragraphs], seed)
+    return Builder(items, pool, *tokenizer_counters(tokenizer))

@@ -1,0 +1,198 @@
+"""Running the long-context benchmark: UNREAL and BM25 selection at every n, and full context.
+
+For each question and length (:mod:`unreal_demo.longcontext`), every chunk is scored once
+per method; the top-n chunks for each n go, in document order, into the same prompt
+template (Eq. 7) and the frozen LLM answers greedily. Full context answers from every
+chunk where the prompt fits the model window and is reported as "does not fit" beyond.
+Pool chunks are encoded once for all questions and lengths, in fixed blocks cached on
+disk; answers are cached by prompt, so sweeping n, adding a method or resuming a killed
+run recomputes nothing already answered.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from collections.abc import Callable, Sequence
+
+import torch
+
+from ..core.backbone import cache_dir
+from ..core.encoding import cached_encode
+from ..core.generation import fits_window, prompt_ids
+from ..core.selection import select_top_n
+from ..retrieval.registry import METHODS, MemoryStore, all_scores, check
+from .answers import MAX_NEW_TOKENS, AnswerCache
+from .longcontext import Builder, Context, gold_chunks, label
+from .metrics import contained, exact_match, f1
+from .results import write_result
+from .retrieval import mean_ci, wilson
+
+BLOCK = 256  # pool chunks per cached encoding block (small: a 2K context encodes one block)
+
+
+class ContextEncoder:
+    """Pooled chunk keys of contexts: shared pool chunks encoded once in cached blocks."""
+
+    def __init__(self, builder: Builder, backbone, head) -> None:
+        self.builder, self.backbone, self.head = builder, backbone, head
+        self.pool_chunks: list[str] = []
+        self.start: list[int] = []  # first pool-chunk index of each pool passage
+        self.blocks: dict[int, torch.Tensor] = {}
+
+    def _extend(self, passages: int, chunks: int = 0) -> None:
+        """Chunk pool passages until there are ``passages`` of them and ``chunks`` chunks (or the pool ends)."""
+        pool = self.builder.pool
+        while len(self.start) < len(pool) and (len(self.start) < passages or len(self.pool_chunks) < chunks):
+            self.start.append(len(self.pool_chunks))
+            self.pool_chunks += self.builder.chunks_of(pool[len(self.start) - 1])
+        if len(self.start) == len(pool) and len(self.start) < passages:
+            self.start.append(len(self.pool_chunks))  # the end sentinel
+
+    def _encode(self, texts: list[str]) -> torch.Tensor:
+        c = self.head.config
+        return cached_encode(self.backbone, texts, c.chunk_layer, c.n_pool, c.chunk_tokens)  # raw (M, L_p, d)
+
+    def pool_keys(self, lo: int, hi: int) -> torch.Tensor:
+        """Keys of pool chunks ``lo:hi``, from fixed blocks of :data:`BLOCK` chunks (cached on disk)."""
+        parts = []
+        for b in range(lo // BLOCK, math.ceil(hi / BLOCK)):
+            if b not in self.blocks:
+                self._extend(0, (b + 1) * BLOCK)  # a block's content never depends on the lengths asked for
+                self.blocks[b] = self._encode(self.pool_chunks[b * BLOCK : (b + 1) * BLOCK])
+            s = max(lo, b * BLOCK) - b * BLOCK
+            parts.append(self.blocks[b][s : min(hi, (b + 1) * BLOCK) - b * BLOCK])
+        return torch.cat(parts) if parts else torch.zeros(0, self.head.config.n_pool, self.backbone.hidden_size)
+
+    def keys(self, ctx: Context) -> tuple[list[str], list[int], torch.Tensor]:
+        """Chunk texts, document index per chunk, and keys ``(M, L_p, d)`` of a context, in order.
+
+        A context is ``pool[:n_pool]`` (+ the cut tail) with the gold paragraph inserted at ``gold_doc``:
+        whole pool passages come from the shared blocks, the gold paragraph and the tail are encoded alone.
+        """
+        texts, doc_of = self.builder.chunked(ctx)
+        self._extend(ctx.n_pool + 1)
+        at = min(ctx.gold_doc, ctx.n_pool)  # pool passages before the gold one
+        gold = [self._encode(self.builder.chunks_of(ctx.docs[ctx.gold_doc]))]
+        tail = [self._encode(self.builder.chunks_of(ctx.tail))] if ctx.tail else []
+        last = ctx.gold_doc > ctx.n_pool  # the gold paragraph follows the tail
+        parts = [self.pool_keys(0, self.start[at]), *([] if last else gold),
+                 self.pool_keys(self.start[at], self.start[ctx.n_pool]), *tail, *(gold if last else [])]
+        return texts, doc_of, torch.cat(parts)
+
+
+def summarize(rows: list[dict]) -> list[dict]:
+    """Mean EM, F1, contained and evidence recall per (method, length, n), with 95% intervals."""
+    groups: dict[tuple, list[dict]] = {}
+    for r in rows:
+        groups.setdefault((r["method"], r["length"], r["n"]), []).append(r)
+    out = []
+    for (method, length, n), rs in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2] or 0)):
+        fit = [r for r in rs if r["fits"]]
+        row = {"method": method, "length": length, "label": label(length), "n": n, "questions": len(rs),
+               "fits": len(fit) == len(rs)}
+        if fit:
+            em = statistics.fmean(r["em"] for r in fit)
+            row |= {"em": round(em, 4), "em_ci": wilson(em, len(fit)), "f1": mean_ci([r["f1"] for r in fit]),
+                    "contained": round(statistics.fmean(r["contained"] for r in fit), 4),
+                    "recall": round(statistics.fmean(r["recall"] for r in fit), 4),
+                    "prompt_tokens": round(statistics.fmean(r["prompt_tokens"] for r in fit))}
+        out.append(row)
+    return out
+
+
+def run_longcontext(explorer, builder: Builder, lengths: Sequence[int], ns: Sequence[int],
+                    methods: Sequence[str] = ("unreal", "bm25", "full"),
+                    progress: Callable[[float, str], None] | None = None) -> dict:
+    """Run every item at every length with every method; rows per answer plus the summary table."""
+    methods = check(methods, "document")
+    backbone, head = explorer.backbone, explorer.head
+    encoder = ContextEncoder(builder, backbone, head)
+    answers = AnswerCache(cache_dir() / "longcontext" / "answers.jsonl")
+    rows, seconds = [], {"encode": 0.0, "retrieval": 0.0, "generate": 0.0}
+    jobs = [(item, length) for length in lengths for item in builder.items]
+    for j, (item, length) in enumerate(jobs):
+        if progress is not None:
+            progress(j / len(jobs), f"{label(length)} tokens, question {builder.items.index(item) + 1}")
+        ctx = builder.context(item, length)
+        t0 = time.perf_counter()
+        needs_keys = any(METHODS[m].model for m in methods)
+        texts, doc_of, keys = encoder.keys(ctx) if needs_keys else (*builder.chunked(ctx), None)
+        t1 = time.perf_counter()
+        gold = gold_chunks(texts, doc_of, ctx.gold_doc, item.answers)
+        store = MemoryStore(texts, keys)
+        rankings = {}
+        for method in methods:
+            if method != "full":
+                rankings[method] = all_scores(store, explorer, [item.question], method)[1][0]  # (M,)
+        t2 = time.perf_counter()
+        base = {"id": item.id, "length": length, "tokens": ctx.tokens, "chunks": len(texts), "depth": item.depth}
+        for method, scores in rankings.items():
+            for n in ns:
+                chosen = select_top_n(scores, min(n, len(texts)))
+                rows.append(base | {"method": method, "n": n} | _answer(backbone, answers, item, texts, chosen, gold))
+        if "full" in methods:
+            rows.append(base | {"method": "full", "n": None}
+                        | _answer(backbone, answers, item, texts, list(range(len(texts))), gold))
+        seconds["encode"] += t1 - t0
+        seconds["retrieval"] += t2 - t1
+        seconds["generate"] += time.perf_counter() - t2
+    if progress is not None:
+        progress(1.0, "done")
+    return {"rows": rows, "table": summarize(rows), "seconds": {k: round(v, 1) for k, v in seconds.items()}}
+
+
+def _answer(backbone, answers: AnswerCache, item, texts: list[str], chosen: list[int], gold: set[int]) -> dict:
+    ids = prompt_ids(backbone, [texts[i] for i in chosen], item.question)
+    record = {"recall": float(bool(gold & set(chosen))), "prompt_tokens": len(ids)}
+    if not fits_window(backbone, len(ids), MAX_NEW_TOKENS):
+        return record | {"fits": False}
+    text = answers.get(backbone, ids)
+    return record | {"fits": True, "answer": text, "em": exact_match(text, item.answers),
+                     "f1": f1(text, item.answers), "contained": contained(text, item.answers)}
+
+def markdown(table: list[dict]) -> str:
+    """Two tables: accuracy and recall against n per length, and each method's best n per length."""
+    lengths = sorted({r["length"] for r in table})
+    ns = sorted({r["n"] for r in table if r["n"] is not None})
+    cell = {(r["method"], r["length"], r["n"]): r for r in table}
+    lines = ["| method | length | " + " | ".join(f"n={n}" for n in ns) + " |", "|---|---|" + "---|" * len(ns)]
+    for method in ("unreal", "bm25"):
+        for length in lengths:
+            vals = [cell.get((method, length, n)) for n in ns]
+            if not any(vals):
+                continue
+            lines.append(f"| {method} | {label(length)} | " + " | ".join(
+                f"{v['f1'][0]:.2f} ({v['recall']:.2f})" if v and "f1" in v else "–" for v in vals) + " |")
+    lines += ["", "| length | UNREAL best n: F1 / EM | BM25 best n: F1 / EM | full context: F1 / EM |",
+              "|---|---|---|---|"]
+    for length in lengths:
+        row = [f"| {label(length)} |"]
+        for method in ("unreal", "bm25"):
+            cands = [r for r in table if r["method"] == method and r["length"] == length and "f1" in r]
+            best = max(cands, key=lambda r: r["f1"][0], default=None)
+            row.append(f" {best['f1'][0]:.3f} / {best['em']:.3f} (n={best['n']}) |" if best else " – |")
+        full = cell.get(("full", length, None))
+        row.append(f" {full['f1'][0]:.3f} / {full['em']:.3f} |" if full and "f1" in full
+                   else " does not fit |" if full else " not run |")
+        lines.append("".join(row))
+    return "\n".join(lines)
+
+
+def run_benchmark(explorer, sample: int, lengths: Sequence[int], ns: Sequence[int], methods: Sequence[str],
+                  seed: int = 0, out: str | None = None, progress: Callable[[float, str], None] | None = None) -> dict:
+    """The benchmark on the offline data; the result (rows, summary, markdown, CPU time) optionally written."""
+    from .longcontext import offline_builder
+
+    t0 = time.perf_counter()
+    builder = offline_builder(explorer.backbone.tokenizer, sample, seed)
+    result = run_longcontext(explorer, builder, lengths, ns, methods, progress)
+    result |= {
+        "setting": f"{len(builder.items)} SQuAD-Shifts New-Wiki questions (seed {seed}); distractor pool "
+                   f"{len(builder.pool):,} passages (Wikipedia summaries, Paul Graham essays, a Gutenberg novel); "
+                   f"model {explorer.backbone.name}, head {explorer.head_source}; greedy, "
+                   f"{MAX_NEW_TOKENS} new tokens",
+        "wall_seconds": round(time.perf_counter() - t0, 1), "markdown": markdown(result["table"]),
+    }
+    return write_result(result, out, explorer)

@@ -1,0 +1,236 @@
+"""Evaluation: recall@k / MRR@k, and the held-out retrieval benchmark (Section 5's protocol, our data).
+
+Held-out set: SQuAD-Shifts New-Wiki questions (48 articles that no training data
+shares); corpus: all 1,581 New-Wiki paragraphs plus the 10,033 Wikipedia lead
+summaries as distractors. Every method ranks the whole corpus exactly.
+
+Example
+-------
+>>> recall_at_k([[3, 1, 2], [0, 2, 1]], [{1}, {1}], 2)
+0.5
+>>> round(mrr_at_k([[3, 1, 2], [0, 2, 1]], [{1}, {1}], 10), 4)
+0.4167
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import statistics
+import time
+from collections.abc import Sequence
+
+import torch
+from tqdm import tqdm
+
+from ..core.backbone import DEFAULT_MODEL
+from ..core.encoding import cached_encode
+from ..core.selection import zscore
+from ..data.sources import Passage, load_squad, load_summaries, read_jsonl
+from ..errors import UserError
+from ..retrieval.registry import METHODS, MemoryStore, all_scores, check, retrieve
+from .results import write_result
+
+KS = (1, 5, 10, 20)
+
+
+def recall_at_k(rankings: Sequence[Sequence[int]], gold: Sequence[set[int]], k: int) -> float:
+    """Share of queries with a gold item among the first ``k`` of their ranking."""
+    return sum(bool(set(r[:k]) & g) for r, g in zip(rankings, gold, strict=True)) / max(1, len(gold))
+
+
+def mrr_at_k(rankings: Sequence[Sequence[int]], gold: Sequence[set[int]], k: int = 10) -> float:
+    """Mean reciprocal rank of the first gold item, 0 when none is in the first ``k``."""
+    total = 0.0
+    for r, g in zip(rankings, gold, strict=True):
+        total += next((1.0 / (i + 1) for i, x in enumerate(r[:k]) if x in g), 0.0)
+    return total / max(1, len(gold))
+
+
+def wilson(p: float, n: int, z: float = 1.96) -> tuple[float, float]:
+    """95% Wilson interval of a proportion ``p`` over ``n`` trials."""
+    if n == 0:
+        return (0.0, 1.0)
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return (round(centre - half, 3), round(centre + half, 3))
+
+
+def mean_ci(values: Sequence[float]) -> tuple[float, float, float]:
+    """Mean of values in [0, 1] and its 95% normal interval, clipped to [0, 1]: ``(mean, low, high)``."""
+    m = statistics.fmean(values)
+    half = 1.96 * statistics.stdev(values) / math.sqrt(len(values)) if len(values) > 1 else 0.0
+    return round(m, 4), round(max(0.0, m - half), 4), round(min(1.0, m + half), 4)
+
+
+def metrics(rankings: Sequence[Sequence[int]], gold: Sequence[set[int]]) -> dict:
+    row = {f"R@{k}": round(recall_at_k(rankings, gold, k), 4) for k in KS}
+    row["MRR@10"] = round(mrr_at_k(rankings, gold, 10), 4)
+    row["R@1 95% CI"] = wilson(row["R@1"], len(gold))
+    row["R@10 95% CI"] = wilson(row["R@10"], len(gold))
+    return row
+
+
+def top(scores: torch.Tensor, k: int = 100) -> list[list[int]]:
+    """Best-first indices per row of a ``(Q, M)`` score matrix."""
+    return torch.topk(scores, min(k, scores.shape[1]), dim=1).indices.tolist()
+
+
+def corpus_store(texts: Sequence[str], explorer=None, keep_tokens: bool = False) -> MemoryStore:
+    """A :class:`retrieval.MemoryStore` over a corpus whose chunk encodings (at the head's ℓc) come from the
+    on-disk cache on first use; ``keep_tokens`` keeps the token states of that pass (for ``sparse``)."""
+    texts = list(texts)
+    parts: list | None = [] if keep_tokens else None
+
+    def keys() -> torch.Tensor:
+        c = explorer.head.config
+        bar = tqdm(total=len(texts), desc="encode corpus", unit="passage")
+        out = cached_encode(explorer.backbone, texts, c.chunk_layer, c.n_pool, c.chunk_tokens,
+                            progress=lambda d, t: bar.update(d - bar.n), token_parts=parts)
+        bar.close()
+        return out
+
+    def tokens() -> list:
+        if parts is None:
+            raise ValueError("corpus_store(keep_tokens=False) holds no token states")
+        store.keys  # noqa: B018  (the encoding pass fills the token parts)
+        return parts
+
+    store = MemoryStore(texts, keys if explorer is not None else None, tokens)
+    return store
+
+
+def rankings(store, explorer, queries: Sequence[str], method: str, depth: int = 100,
+             fusion_weight: float | None = None, batch: int = 100, memo: dict | None = None) -> list[list[int]]:
+    """Best-first chunk ids per query (``depth`` of them) by one method, ``batch`` queries at a time.
+
+    ``memo`` keeps the head's query vectors of each batch, so unreal and the hybrids encode the queries once.
+    """
+    out: list[list[int]] = []
+    memo = {} if memo is None else memo
+    for s in tqdm(range(0, len(queries), batch), desc=method, leave=False, disable=len(queries) <= batch):
+        found = retrieve(store, explorer, queries[s : s + batch], depth, method, fusion_weight, memo.get(s))
+        if found.query_vectors is not None:
+            memo[s] = found.query_vectors
+        out += found.ids
+    return out
+
+
+def fit_fusion_weight(unreal: torch.Tensor, bm25: torch.Tensor, gold: Sequence[set[int]]) -> float:
+    """The weight w of ``w·z(UNREAL) + (1−w)·z(BM25)`` maximising MRR@10 (grid of 0.05)."""
+    best = max((mrr_at_k(top(w * zscore(unreal) + (1 - w) * zscore(bm25), 10), gold), w)
+               for w in [i / 20 for i in range(21)])
+    return best[1]
+
+
+CORPORA = {"full": "1,581 New-Wiki paragraphs + 10,033 Wikipedia summaries",
+           "new_wiki": "the 1,581 New-Wiki paragraphs alone"}
+
+
+def held_out(sample: int, seed: int, corpus_name: str = "full") -> tuple[list[Passage], list, list[set[int]]]:
+    """Corpus (New-Wiki, plus the summaries for ``"full"``), a seeded sample of New-Wiki questions, gold indices."""
+    if corpus_name not in CORPORA:
+        raise ValueError(f"unknown corpus {corpus_name!r}; use {' or '.join(CORPORA)}")
+    new_wiki, qs = sample_questions(sample, seed)
+    corpus = new_wiki + (load_summaries() if corpus_name == "full" else [])
+    where = {p.id: i for i, p in enumerate(corpus)}
+    return corpus, qs, [{where[q.passage_id]} for q in qs]
+
+
+def sample_questions(sample: int, seed: int) -> tuple[list[Passage], list]:
+    """The New-Wiki paragraphs and a seeded sample of its questions: the one held-out draw every eval uses."""
+    new_wiki, questions = load_squad("new_wiki")
+    return new_wiki, random.Random(seed).sample(questions, min(sample, len(questions)))
+
+
+def run_retrieval_eval(sample: int = 500, methods: Sequence[str] = ("bm25", "dense", "untrained", "unreal"),
+                       head: str | None = None, model: str = DEFAULT_MODEL, out: str | None = None,
+                       seed: int = 0, dev_sample: int = 300, corpus_name: str = "full") -> dict:
+    """Held-out retrieval for each method; returns (and optionally writes) the result table."""
+    from ..core.training import TrainConfig, dev_questions
+    from ..pipeline import Explorer
+
+    methods = check(methods, "corpus")
+    if corpus_name not in CORPORA:
+        raise UserError(f"unknown corpus {corpus_name!r}; use {' or '.join(CORPORA)}")
+    explorer = Explorer.load(model, head, require_head=True)
+    corpus, qs, gold = held_out(sample, seed, corpus_name)
+    store = corpus_store([p.text for p in corpus], explorer, keep_tokens="sparse" in methods)
+    texts = [q.text for q in qs]
+    weight = None
+    if "hybrid-fusion" in methods:
+        dev_corpus, dev_q = dev_questions(TrainConfig())
+        dev_q = random.Random(seed).sample(dev_q, min(dev_sample, len(dev_q)))
+        where = {p.id: i for i, p in enumerate(dev_corpus)}
+        dev_store = corpus_store([p.text for p in dev_corpus], explorer)
+        dev_texts = [q.text for q in dev_q]
+        weight = fit_fusion_weight(all_scores(dev_store, explorer, dev_texts, "unreal")[1],
+                                   dev_store.bm25_scores(dev_texts), [{where[q.passage_id]} for q in dev_q])
+    rows, seconds, memo = [], {}, {}
+    for m in methods:
+        t0 = time.perf_counter()
+        ranked = rankings(store, explorer, texts, m, fusion_weight=weight, memo=memo)
+        seconds[m] = round(time.perf_counter() - t0, 1)
+        label = METHODS[m].label + (f" (w={weight} fitted on dev)" if m == "hybrid-fusion" else "")
+        rows.append({"method": label, "key": m} | metrics(ranked, gold) | {"n": len(gold)})
+    result = {
+        "setting": f"{len(gold)} SQuAD-Shifts New-Wiki questions (seed {seed}); corpus {len(corpus):,} passages "
+                   f"({CORPORA[corpus_name]}); head {explorer.head_source}",
+        "corpus": corpus_name,
+        "seconds": seconds, "fusion_weight": weight, "table": rows,
+        "markdown": _markdown(rows),
+    }
+    return write_result(result, out, explorer)
+
+
+def run_index_retrieval_eval(explorer, index, sample: int = 1000,
+                             methods: Sequence[str] = ("bm25", "dense", "sparse", "unreal", "hybrid-rrf"),
+                             seed: int = 0, out: str | None = None) -> dict:
+    """Held-out retrieval against a built index (chunks, not paragraphs): a hit is any chunk of the gold
+    paragraph. The same seeded New-Wiki questions as :func:`held_out`."""
+    methods = check(methods, "index")
+    index.check_backbone(explorer.backbone, explorer.head.config.chunk_layer)
+    _, qs = sample_questions(sample, seed)
+    by_passage: dict[str, set[int]] = {}
+    for i, c in enumerate(index.chunks):
+        by_passage.setdefault(c["passage"], set()).add(i)
+    gold = [by_passage.get(q.passage_id, set()) for q in qs]
+    if not all(gold):
+        raise UserError("the index does not hold the New-Wiki paragraphs: build it with --corpus all or new_wiki")
+    rows, seconds, memo = [], {}, {}
+    for m in methods:
+        t0 = time.perf_counter()
+        ranked = rankings(index, explorer, [q.text for q in qs], m, depth=20, memo=memo)
+        seconds[m] = round(time.perf_counter() - t0, 1)
+        rows.append({"method": METHODS[m].label, "key": m} | metrics(ranked, gold) | {"n": len(gold)})
+    m_ = index.manifest
+    result = {"setting": f"{len(qs)} SQuAD-Shifts New-Wiki questions (seed {seed}) against the {m_['chunks']:,}-chunk "
+                         f"index of {m_['passages']:,} passages (a hit: any chunk of the gold paragraph); head "
+                         f"{explorer.head_source}",
+              "corpus": "index", "seconds": seconds, "table": rows, "markdown": _markdown(rows)}
+    return write_result(result, out, explorer)
+
+
+def _markdown(rows: list[dict]) -> str:
+    cols = ["R@1", "R@5", "R@10", "R@20", "MRR@10"]
+    lines = ["| method | " + " | ".join(cols) + " | R@1 95% CI |", "|---" * (len(cols) + 2) + "|"]
+    lines += [f"| {r['method']} | " + " | ".join(f"{r[c]:.3f}" for c in cols) + f" | {r['R@1 95% CI']} |"
+              for r in rows]
+    return "\n".join(lines)
+
+
+def rank_jsonl(passages: str, queries: str, method: str, k: int = 10, model: str = DEFAULT_MODEL,
+               head: str | None = None) -> dict:
+    """``rank`` command: top-``k`` passage ids and scores per query, best first."""
+    from ..pipeline import Explorer
+
+    (method,) = check([method], "corpus")
+    if method == "hybrid-fusion":
+        raise UserError("hybrid-fusion needs a fusion weight fitted on the dev split: use `eval retrieval`")
+    ps, qs = read_jsonl(passages, "passages"), read_jsonl(queries, "queries")
+    explorer = Explorer.load(model, head, require_head=True) if METHODS[method].model else None
+    store = corpus_store([str(p["text"]) for p in ps], explorer, keep_tokens=method == "sparse")
+    found = retrieve(store, explorer, [str(q["text"]) for q in qs], k, method)
+    return {"results": [{"query": q["id"], "hits": [{"id": ps[i]["id"], "score": round(float(sc), 6)}
+                                                    for i, sc in zip(ids, scores, strict=True)]}
+                        for q, ids, scores in zip(qs, found.ids, found.scores, strict=True)]}

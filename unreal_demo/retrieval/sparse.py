@@ -1,0 +1,87 @@
+"""Sparse token matching — the training-free baseline of the sibling paper (Beyond the Final Embedding).
+
+Every query token retrieves its top-k (k = 64) most similar stored token states
+across all chunks (cosine of L2-normalised residual states at ℓc). Per chunk and
+query token, the best retrieved match counts; a chunk that the token did not
+retrieve gets the floor, the lowest score the token retrieved ("missing-score
+estimation"). The sparse score is the mean over query tokens, fused with the
+whole-chunk (mean-pooled) cosine: s = (1 − α)·sparse + α·pooled, α = 0.5.
+
+Example
+-------
+>>> q = [torch.tensor([[1.0, 0.0]])]                         # one query, one token
+>>> store = torch.tensor([[1.0, 0.0], [0.0, 1.0], [0.6, 0.8]]).half()
+>>> sparse_scores(q, [(store, torch.tensor([1, 2]))], k=2)   # chunk 0: token 0; chunk 1: tokens 1, 2
+tensor([[1.0000, 0.6001]])
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from ..core.backbone import Backbone
+from ..core.encoding import query_states
+
+
+def query_token_states(backbone: Backbone, queries: Sequence[str], layer: int) -> list[torch.Tensor]:
+    """L2-normalised states ``(T_q, d)`` of each query's tokens at ``layer`` (sink left out)."""
+    return [torch.nn.functional.normalize(h, dim=-1) for h in query_states(backbone, queries, layer)]
+
+
+def _owners(token_parts: Sequence[tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
+    lengths = torch.cat([lengths for _, lengths in token_parts])
+    return torch.repeat_interleave(torch.arange(len(lengths)), lengths)  # (N,) chunk of each stored token
+
+
+@torch.inference_mode()
+def sparse_scores(
+    queries: Sequence[torch.Tensor],
+    token_parts: Sequence[tuple[torch.Tensor, torch.Tensor]],
+    k: int = 64,
+    block: int = 16384,
+) -> torch.Tensor:
+    """Sparse token-matching scores ``(Q, M)`` (without the pooled fusion).
+
+    Parameters
+    ----------
+    queries : per query, its normalised token states ``(T_q, d)``.
+    token_parts : ``(tokens (N_p, d), lengths (m_p,))`` per stored part, chunks in order.
+    k : stored tokens retrieved per query token (exact search).
+    block : stored tokens per matmul.
+    """
+    owner = _owners(token_parts)
+    n_chunks = int(owner.max()) + 1 if len(owner) else 0
+    k = min(k, len(owner))
+    qall = torch.cat(list(queries)).float()  # (ΣT_q, d)
+    best_v = torch.full((qall.shape[0], k), -float("inf"))
+    best_i = torch.zeros((qall.shape[0], k), dtype=torch.long)
+    base = 0
+    for store, _ in token_parts:  # streamed part by part: the store is never concatenated
+        for s in range(0, store.shape[0], block):
+            sims = qall @ store[s : s + block].float().T  # (ΣT_q, b)
+            v = torch.cat([best_v, sims], 1)
+            i = torch.cat([best_i, torch.arange(base + s, base + s + sims.shape[1]).expand(qall.shape[0], -1)], 1)
+            best_v, pick = torch.topk(v, k, dim=1)
+            best_i = i.gather(1, pick)
+        base += store.shape[0]
+    out, start = torch.empty(len(queries), n_chunks), 0
+    for j, qt in enumerate(queries):
+        v, i = best_v[start : start + len(qt)], best_i[start : start + len(qt)]  # (T_q, k)
+        start += len(qt)
+        floor = v[:, -1:].expand(-1, n_chunks).clone()  # (T_q, M): lowest retrieved score per token
+        per_chunk = floor.scatter_reduce(1, owner[i], v, reduce="amax")
+        out[j] = per_chunk.mean(0)
+    return out
+
+
+def pooled_scores(queries: Sequence[torch.Tensor], chunk_means: torch.Tensor) -> torch.Tensor:
+    """Whole-chunk cosine ``(Q, M)``: mean query token state against mean chunk state."""
+    q = torch.nn.functional.normalize(torch.stack([t.mean(0) for t in queries]), dim=-1)
+    return q @ torch.nn.functional.normalize(chunk_means.float(), dim=-1).T
+
+
+def fuse(sparse: torch.Tensor, pooled: torch.Tensor, alpha: float = 0.5) -> torch.Tensor:
+    """Local–global fusion ``(1 − α)·sparse + α·pooled``."""
+    return (1 - alpha) * sparse + alpha * pooled

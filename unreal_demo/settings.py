@@ -1,0 +1,32 @@
+"""Settings every entry point shares: where the repository's files are, the shipped heads, the input limit,
+and how a path is shown to a user (never the producing machine's). The chunk size is
+:data:`core.chunking.CHUNK_TOKENS`; every other default comes from the loaded head.
+
+>>> display_path(REPO / "precomputed" / "qa.json")
+'precomputed/qa.json'
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .core.backbone import DEFAULT_MODEL, cache_dir
+
+REPO = Path(__file__).resolve().parent.parent
+PRECOMPUTED = REPO / "precomputed"
+ASSETS = REPO / "assets"
+DEFAULT_HEADS = {DEFAULT_MODEL: PRECOMPUTED / "heads" / "smollm2-135m" / "head"}
+MAX_CHARS = 2_000_000  # the most text one request may bring (a pasted or uploaded document)
+
+
+def display_path(path: str | Path) -> str:
+    """``path`` relative to the repository, or as ``<cache>/…`` inside the cache folder, else as given
+    when relative, else its last two parts; so no result or screen shows the machine's folders."""
+    p = Path(path)
+    if not p.is_absolute():
+        return p.as_posix()
+    p = p.resolve()
+    for root, label in ((REPO, ""), (cache_dir().resolve(), "<cache>/")):
+        if p.is_relative_to(root):
+            return label + p.relative_to(root).as_posix()
+    return ".../" + "/".join(p.parts[-2:])

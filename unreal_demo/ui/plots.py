@@ -1,0 +1,193 @@
+"""Plotly figures, as pure functions: data in, figure out (no model, no Gradio)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pandas as pd
+import plotly.graph_objects as go
+
+from ..pipeline import Ranking
+
+ACCENT, MUTED = "#e4572e", "#9aa5b1"
+
+
+def _preview(text: str, words: int = 12) -> str:
+    head = " ".join(text.split()[:words])
+    return head + (" …" if len(text.split()) > words else "")
+
+
+def chunk_scores(ranking: Ranking) -> go.Figure:
+    """Bar chart of every chunk's score in document order; the selected chunks highlighted."""
+    fig = go.Figure()
+    if ranking.scores is None:
+        fig.add_annotation(text="full context: every chunk is read, nothing is scored", showarrow=False)
+        return fig.update_layout(height=260, margin={"t": 30, "b": 30})
+    chosen = set(ranking.selected)
+    fig.add_bar(
+        x=[c.id for c in ranking.chunks], y=ranking.scores,
+        marker_color=[ACCENT if c.id in chosen else MUTED for c in ranking.chunks],
+        customdata=[[c.doc, c.tokens, _preview(c.text)] for c in ranking.chunks],
+        hovertemplate="chunk %{x} (doc %{customdata[0]}, %{customdata[1]} tokens)<br>"
+                      "score %{y:.3f}<br>%{customdata[2]}<extra></extra>",
+    )
+    label = "MaxSim score (Eq. 4)" if ranking.method == "unreal" else f"{ranking.method.upper()} score"
+    return fig.update_layout(
+        title=f"{label} per chunk, document order — top {len(chosen)} in colour",
+        xaxis_title="chunk", yaxis_title="score", height=300, margin={"t": 50, "b": 40}, bargap=0.1,
+    )
+
+
+def group_heatmap(ranking: Ranking) -> go.Figure:
+    """Query-group × pooled-vector similarities ⟨q_g, k_{i,p}⟩ for the top chunks, side by side."""
+    fig = go.Figure()
+    if not ranking.group_sims:
+        fig.add_annotation(text="MaxSim detail is shown for the UNREAL method", showarrow=False)
+        return fig.update_layout(height=260)
+    ids = list(ranking.group_sims)
+    n_pool = len(ranking.group_sims[ids[0]][0])
+    z = [sum((ranking.group_sims[i][g] for i in ids), []) for g in range(len(ranking.group_sims[ids[0]]))]
+    x = [f"c{i}·p{p + 1}" for i in ids for p in range(n_pool)]
+    fig.add_heatmap(z=z, x=x, y=[f"q{g + 1}" for g in range(len(z))], colorscale="Viridis",
+                    hovertemplate="%{y} × %{x}: %{z:.3f}<extra></extra>")
+    for j in range(1, len(ids)):
+        fig.add_vline(x=j * n_pool - 0.5, line_color="white", line_width=3)
+    return fig.update_layout(title="⟨q_g, k_i,p⟩ for the top chunks (max over p, summed over g = score)",
+                             height=280, margin={"t": 50, "b": 40})
+
+
+def loss_curve(log: Sequence[dict], window: int = 20) -> go.Figure:
+    """Training loss per step with a moving average."""
+    df = pd.DataFrame(log)
+    fig = go.Figure()
+    if df.empty:
+        fig.add_annotation(text="no training log", showarrow=False)
+        return fig
+    fig.add_scatter(x=df["step"], y=df["loss"], mode="lines", name="loss", line={"color": MUTED})
+    fig.add_scatter(x=df["step"], y=df["loss"].rolling(window, min_periods=1).mean(), mode="lines",
+                    name=f"mean of {window}", line={"color": ACCENT, "width": 3})
+    return fig.update_layout(title="InfoNCE loss (Eq. 6)", xaxis_title="step", yaxis_title="loss", height=320)
+
+
+def metric_bars(table: pd.DataFrame, metrics: Sequence[str] = ("R@1", "R@10"),
+                title: str = "held-out retrieval") -> go.Figure:
+    """Grouped bars of metrics in [0, 1] per method (rows of ``table``, a ``method`` column)."""
+    fig = go.Figure()
+    for m in metrics:
+        if m in table:
+            fig.add_bar(name=m, x=table["method"], y=table[m])
+    return fig.update_layout(barmode="group", height=320, yaxis_range=[0, 1], title=title)
+
+
+def flops_curves(lengths: Sequence[float], full: Sequence[float], unreal: Sequence[float], n_star: float,
+                 measured: pd.DataFrame | None = None) -> go.Figure:
+    """FLOPs against context length N (log–log) for both pipelines, N* marked; measured TTFT overlaid."""
+    fig = go.Figure()
+    fig.add_scatter(x=list(lengths), y=list(full), name="full context (FLOPs)", line={"color": MUTED, "width": 3})
+    fig.add_scatter(x=list(lengths), y=list(unreal), name="UNREAL (FLOPs)", line={"color": ACCENT, "width": 3})
+    fig.add_vline(x=n_star, line_dash="dash", annotation_text=f"N* = {n_star:,.0f}")
+    if measured is not None and not measured.empty:
+        for method, color in (("full", MUTED), ("unreal", ACCENT)):
+            part = measured[measured["method"] == method]
+            fig.add_scatter(x=part["tokens"], y=part["ttft_s"], name=f"{method} TTFT (s, measured)", yaxis="y2",
+                            mode="markers+lines", line={"color": color, "dash": "dot"})
+        fig.update_layout(yaxis2={"title": "measured TTFT (s)", "type": "log", "overlaying": "y", "side": "right"})
+    return fig.update_layout(xaxis={"type": "log", "title": "context tokens N"},
+                             yaxis={"type": "log", "title": "FLOPs"}, height=380, title="Eq. 8 cost model")
+
+
+def ratio_curve(lengths: Sequence[float], ratio: Sequence[float]) -> go.Figure:
+    """FLOPs(UNREAL) / FLOPs(full) against N; below 1 UNREAL is cheaper."""
+    fig = go.Figure()
+    fig.add_scatter(x=list(lengths), y=list(ratio), line={"color": ACCENT, "width": 3}, name="UNREAL / full")
+    fig.add_hline(y=1.0, line_dash="dash")
+    return fig.update_layout(xaxis={"type": "log", "title": "context tokens N"},
+                             yaxis={"type": "log", "title": "FLOP ratio"}, height=320, title="UNREAL / full context")
+
+
+def layer_curves(result: dict, k: int = 1) -> go.Figure:
+    """Benchmark recall@k of the gold chunk by layer: q/k (best head, mean over heads), residual, references."""
+    fig = go.Figure()
+    layers = result["layers"]
+    styles = {"separate": "solid", "joint": "dot"}
+    for name, curve in result["curves"].items():
+        mode, view = name.split("/")
+        keys = [f"R@{k}"] if view == "resid" else [f"R@{k} best head", f"R@{k} mean over heads"]
+        for key in keys:
+            fig.add_scatter(x=layers, y=curve[key], mode="lines", name=f"{mode} · {view} · {key}",
+                            line={"dash": styles[mode]}, visible=True if "best" in key or view == "resid"
+                            else "legendonly")
+    for ref, color in (("random", "#666"), ("bm25", "#2e86ab"), ("unreal", ACCENT)):
+        fig.add_hline(y=result["references"][ref][f"R@{k}"], line_dash="dash", line_color=color,
+                      annotation_text=f"{ref} {result['references'][ref][f'R@{k}']:.2f}")
+    return fig.update_layout(title=f"gold chunk recall@{k} by layer ({result['sample']} held-out questions)",
+                             xaxis_title="layer", yaxis_title=f"recall@{k}", yaxis_range=[0, 1], height=420)
+
+
+def layer_head_heatmap(z, title: str, label: str = "rank", reverse: bool = True) -> go.Figure:
+    """Layer × head heatmap (e.g. a chunk's rank, 1 = top, or benchmark recall)."""
+    fig = go.Figure()
+    fig.add_heatmap(z=z, x=[f"h{h + 1}" for h in range(len(z[0]))], y=list(range(1, len(z) + 1)),
+                    colorscale="Viridis_r" if reverse else "Viridis",
+                    hovertemplate=f"layer %{{y}}, %{{x}}: {label} %{{z:.3g}}<extra></extra>")
+    return fig.update_layout(title=title, xaxis_title="query head", yaxis_title="layer", height=460)
+
+
+def layer_chunk_heatmap(z, title: str) -> go.Figure:
+    """Layer × chunk heatmap of scores, the best chunk of each layer marked."""
+    fig = go.Figure()
+    fig.add_heatmap(z=z, y=list(range(1, len(z) + 1)), colorscale="Viridis",
+                    hovertemplate="layer %{y}, chunk %{x}: %{z:.3f}<extra></extra>")
+    best = [max(range(len(row)), key=row.__getitem__) for row in z]
+    fig.add_scatter(x=best, y=list(range(1, len(z) + 1)), mode="markers", name="best chunk",
+                    marker={"symbol": "x", "color": "white", "size": 8})
+    return fig.update_layout(title=title, xaxis_title="chunk", yaxis_title="layer", height=460, showlegend=False)
+
+
+def _metric(row: dict, metric: str) -> float | None:
+    value = row.get(metric)
+    return value[0] if isinstance(value, (list, tuple)) else value
+
+
+def topn_curve(table: Sequence[dict], length: int, metric: str = "f1") -> go.Figure:
+    """The inverted U: answer ``metric`` against n for UNREAL and BM25 at one length, evidence recall dashed."""
+    fig = go.Figure()
+    for method, colour in (("unreal", ACCENT), ("bm25", "#3d5a80")):
+        rows = sorted((r for r in table if r["method"] == method and r["length"] == length and metric in r),
+                      key=lambda r: r["n"])
+        if not rows:
+            continue
+        name = "UNREAL" if method == "unreal" else "BM25"
+        fig.add_scatter(x=[r["n"] for r in rows], y=[_metric(r, metric) for r in rows], mode="lines+markers",
+                        name=f"{name} {metric}", line={"color": colour})
+        fig.add_scatter(x=[r["n"] for r in rows], y=[r["recall"] for r in rows], mode="lines", yaxis="y2",
+                        name=f"{name} evidence recall@n", line={"color": colour, "dash": "dot"})
+    full = [r for r in table if r["method"] == "full" and r["length"] == length and metric in r]
+    if full:
+        fig.add_hline(y=_metric(full[0], metric), line_dash="dash", line_color=MUTED,
+                      annotation_text="full context")
+    return fig.update_layout(
+        title=f"Answer {metric} against n at {length:,} tokens", xaxis_title="n (chunks selected)",
+        xaxis_type="log", yaxis_title=metric, yaxis2={"title": "evidence recall@n", "overlaying": "y",
+                                                      "side": "right", "range": [0, 1.05]},
+        height=360, margin={"t": 50, "b": 40}, legend={"orientation": "h", "y": -0.25})
+
+
+def length_curve(table: Sequence[dict], metric: str = "f1") -> go.Figure:
+    """Best-n ``metric`` of UNREAL and BM25, and full context where it fits, against context length."""
+    fig = go.Figure()
+    for method, colour, name in (("unreal", ACCENT, "UNREAL (best n)"), ("bm25", "#3d5a80", "BM25 (best n)"),
+                                 ("full", MUTED, "full context")):
+        best: dict[int, dict] = {}
+        for r in table:
+            if r["method"] == method and metric in r and (
+                    r["length"] not in best or _metric(r, metric) > _metric(best[r["length"]], metric)):
+                best[r["length"]] = r
+        xs = sorted(best)
+        if xs:
+            fig.add_scatter(x=xs, y=[_metric(best[x], metric) for x in xs], mode="lines+markers", name=name,
+                            line={"color": colour}, customdata=[best[x]["n"] for x in xs],
+                            hovertemplate="%{x:,} tokens: %{y:.3f} (n=%{customdata})<extra></extra>")
+    return fig.update_layout(title=f"Answer {metric} against context length", xaxis_type="log",
+                             xaxis_title="context tokens", yaxis_title=metric, height=360,
+                             margin={"t": 50, "b": 40}, legend={"orientation": "h", "y": -0.25})

@@ -1,0 +1,49 @@
+"""Panel "About the head": its configuration, provenance, loss curve and held-out evaluation."""
+
+from __future__ import annotations
+
+import json
+
+import gradio as gr
+import pandas as pd
+
+from ...evaluation.results import head_mismatch
+from ...pipeline import Explorer
+from ...settings import PRECOMPUTED
+from .. import plots
+
+
+def build_tab(explorer: Explorer) -> None:
+    c = explorer.head.config
+    gr.Markdown(f"### Head: `{explorer.head_source}`\n"
+                f"{'trained' if c.trained else '**untrained**'} · {explorer.head.n_params():,} parameters · "
+                f"ℓc = {c.chunk_layer} of {c.n_layers} · L_p = {c.n_pool} · R = {c.n_ret} · G = {c.n_groups} · "
+                f"|C0| = {c.n_context} ({c.context_tokens} tokens each) · P {'on' if c.use_prompt else 'off'} · "
+                f"τ = {c.temperature}")
+    log_path = explorer.head_path.parent / "train_log.jsonl" if explorer.head_path else None
+    if log_path is not None and log_path.exists():
+        log = [json.loads(line) for line in log_path.read_text().splitlines()]
+        gr.Plot(plots.loss_curve(log), label="training loss")
+        gr.Markdown("*What to look for:* the loss (smoothed) against ln |B(x)|, the loss of a uniform guess over "
+                    "the candidates; a curve still falling at the end means more steps would help.")
+    for name, title in (("eval_retrieval_newwiki.json", "Held-out retrieval, New-Wiki paragraphs"),
+                        ("eval_retrieval.json", "Held-out retrieval, New-Wiki + 10,033 summaries"),
+                        ("eval_retrieval_index.json", "Held-out retrieval against the full offline index (chunks)")):
+        result = PRECOMPUTED / name
+        if result.exists():
+            data = json.loads(result.read_text())
+            table = pd.DataFrame(data["table"])
+            made = data.get("provenance", {})
+            gr.Markdown(f"**{title}** — {data['setting']}\n\n`{made.get('command', data.get('command'))}`")
+            if warning := head_mismatch(data, explorer):
+                gr.Markdown(f"⚠ {warning}", elem_classes=["unreal-notice"])
+            gr.Dataframe(table.drop(columns=["key"], errors="ignore"))
+            gr.Plot(plots.metric_bars(table))
+            gr.Markdown("*What to look for:* UNREAL against BM25 alone, and whether fusing the two beats both.")
+    ablations = PRECOMPUTED / "ablations.json"
+    if ablations.exists():
+        data = json.loads(ablations.read_text())
+        gr.Markdown(f"**Ablations on the dev split** — {data['setting']}\n\n`{data['command']}`\n\n"
+                    + data["markdown"])
+    if c.provenance:
+        gr.JSON(c.provenance, label="provenance")

@@ -1,0 +1,81 @@
+"""Tab "FLOPs & break-even": Eqs. 8–10 for the paper's backbones and the loaded model."""
+
+from __future__ import annotations
+
+import json
+
+import gradio as gr
+import numpy as np
+import pandas as pd
+
+from ...core.chunking import CHUNK_TOKENS
+from ...evaluation import flops
+from ...pipeline import Explorer
+from ...settings import PRECOMPUTED
+from .. import plots
+
+
+def table6() -> pd.DataFrame:
+    rows = []
+    for key, spec in flops.PAPER_BACKBONES.items():
+        for n in (5, 10):
+            got = flops.n_star(spec, flops.Setting(n=n, x_ret=910))
+            rows.append({"backbone": spec.name, "n": n, "κ": f"{spec.kappa:.3g}", "λ": spec.lambda_,
+                         "N* (Eq. 10, ours)": round(got), "N* (paper)": flops.TABLE6[(key, n)],
+                         "root of Eq. 8": round(flops.n_star_numeric(spec, flops.Setting(n=n, x_ret=910)))})
+    return pd.DataFrame(rows)
+
+
+def measured_ttft() -> pd.DataFrame | None:
+    path = PRECOMPUTED / "ttft_breakeven.json"
+    return pd.DataFrame(json.loads(path.read_text())["rows"]) if path.exists() else None
+
+
+def build_tab(explorer: Explorer) -> None:
+    model_spec = flops.spec_from_config(explorer.backbone.model.config, explorer.head.config.chunk_layer,
+                                        explorer.backbone.name)
+    loaded = f"{model_spec.name} (loaded)"
+    specs = {spec.name: spec for spec in flops.PAPER_BACKBONES.values()} | {loaded: model_spec}
+
+    def update(name, n_, T_, c_, r_, tq_, tg_, lc_):
+        spec = specs[name]
+        if name == loaded:
+            spec = flops.BackboneSpec(spec.name, spec.theta, spec.n_layers, spec.attn_layers, spec.d_attn,
+                                      min(int(lc_), spec.n_layers))
+        s = flops.Setting(n=int(n_), T=int(T_), T_q=int(tq_), T_g=int(tg_), n_context=int(c_), n_ret=int(r_))
+        lengths = np.logspace(2.5, 6.3, 60)
+        full = np.array([flops.flops_full(spec, s, x) for x in lengths])
+        unreal = np.array([flops.flops_unreal(spec, s, x) for x in lengths])
+        star, root = flops.n_star(spec, s), flops.n_star_numeric(spec, s)
+        text = (f"**{spec.name}**: Θ = {spec.theta:.3g}, L = {spec.n_layers}, L_a = {spec.attn_layers}, "
+                f"d_a = {spec.d_attn:.0f}, κ = {spec.kappa:.3g}, λ = {spec.lambda_:.3f}, |x_ret| = {s.xret} → "
+                f"**N* = {star:,.0f}** tokens (Eq. 10); root of Eq. 8 = {root:,.0f}")
+        return (text, plots.flops_curves(lengths, full, unreal, star, measured_ttft() if name == loaded else None),
+                plots.ratio_curve(lengths, unreal / full))
+
+    head = explorer.head.config  # the sliders start from the loaded head's |C0|, R and ℓc
+    first = update(loaded, 5, CHUNK_TOKENS, head.n_context, head.n_ret, CHUNK_TOKENS, CHUNK_TOKENS, head.chunk_layer)
+    gr.Markdown("Δ = (a) + (b) − (c) − (d) + (e) (Eq. 8): " + "; ".join(f"**({k})** {v}" for k, v in
+                                                                       flops.TERMS.items()))
+    with gr.Row():
+        backbone = gr.Dropdown(list(specs), value=loaded, label="backbone")
+        n = gr.Slider(1, 30, value=5, step=1, label="n")
+        T = gr.Slider(32, 512, value=CHUNK_TOKENS, step=1, label="T (chunk tokens)")
+        n_ctx = gr.Slider(0, 10, value=head.n_context, step=1, label="|C0| (loaded head's)")
+        R = gr.Slider(1, 128, value=head.n_ret, step=1, label="R (loaded head's)")
+    with gr.Row():
+        tq = gr.Slider(1, 1024, value=CHUNK_TOKENS, step=1, label="T_q")
+        tg = gr.Slider(1, 1024, value=CHUNK_TOKENS, step=1, label="T_g")
+        lc = gr.Slider(1, model_spec.n_layers, value=head.chunk_layer, step=1, label="ℓc (loaded model only)")
+    summary = gr.Markdown(first[0])
+    with gr.Row():
+        curves = gr.Plot(first[1], label="FLOPs against N")
+        ratio = gr.Plot(first[2], label="FLOP ratio")
+    gr.Markdown("*What to look for:* where the UNREAL curve crosses below full context (N*, Eq. 10) and how the "
+                "ratio keeps falling with length; on the loaded model the measured time-to-first-token points "
+                "show whether FLOPs predict time on this machine.")
+    gr.Markdown(f"**Table 6** (T = {CHUNK_TOKENS}, |x_ret| = 910): our Eq. 10 and Eq. 8 root beside the paper's values")
+    gr.Dataframe(table6())
+    inputs = [backbone, n, T, n_ctx, R, tq, tg, lc]
+    for comp in inputs:
+        comp.change(update, inputs, [summary, curves, ratio], api_name=False)

@@ -1,0 +1,93 @@
+"""Tab "Intrinsic retrieval by layer": live q/k scores of a chosen chunk, and the precomputed benchmark."""
+
+from __future__ import annotations
+
+import json
+
+import gradio as gr
+
+from ...errors import InputError, UserError
+from ...pipeline import Explorer, check_inputs
+from ...retrieval.intrinsic import gold_rank, intrinsic_scores
+from ...settings import PRECOMPUTED
+from .. import plots
+from ..examples import load_examples
+from ..gpu import on_gpu
+
+
+def build_tab(explorer: Explorer) -> None:
+    gr.Markdown("Untrained retrieval inside the frozen model (Appendix A.2.1): score_i = ⟨mean query of the "
+                "question, mean key of chunk i⟩ per layer and head. Pick the chunk that holds the answer and see "
+                "where each layer × head ranks it.")
+    result_path = PRECOMPUTED / "intrinsic.json"
+    if result_path.exists():
+        result = json.loads(result_path.read_text())
+        gr.Markdown(f"**Benchmark** — {result['setting']}; `{result['command']}`")
+        with gr.Row():
+            gr.Plot(plots.layer_curves(result, 1))
+            gr.Plot(plots.layer_curves(result, 5))
+        gr.Markdown("*What to look for:* layers whose curves rise well above the random line retrieve without "
+                    "any training; the residual view (cosine of mean states) is what guides the choice of ℓc; "
+                    "separate vs joint shows what cross-chunk attention adds.")
+        gr.Plot(plots.layer_head_heatmap(result["curves"]["separate/qk_post"]["R@1 by head"],
+                                         "benchmark recall@1 by layer × head (separate, post-rotary)",
+                                         label="recall@1", reverse=False))
+        gr.Markdown("*What to look for:* a few heads carry the retrieval signal; the mean over heads hides them.")
+    examples = load_examples()
+    with gr.Row():
+        text = gr.Textbox(label="Context", lines=8, value=examples[1][0] if len(examples) > 1 else "")
+        with gr.Column():
+            question = gr.Textbox(label="Question", value=examples[1][1] if len(examples) > 1 else "")
+            mode = gr.Radio(["separate", "joint"], value="separate", label="reading",
+                            info="separate: each chunk alone (as the index); joint: one pass, question after")
+            side = gr.Radio(["qk_post", "qk_pre"], value="qk_post", label="keys/queries",
+                            info="after or before the rotary embedding")
+            target = gr.Number(value=-1, precision=0, label="answer chunk id (-1: BM25's top chunk)")
+            run = gr.Button("Score every layer and head", variant="primary")
+    heat = gr.Plot()
+    gr.Markdown("*What to look for:* dark cells are layer × head pairs that rank the answer chunk first.")
+    chunk_heat = gr.Plot()
+    gr.Markdown("*What to look for:* × marks each layer's best chunk (scores z-normalised per head, then "
+                "averaged over heads); a column of × on the answer chunk means many layers agree.")
+    layer = gr.Slider(1, explorer.backbone.n_layers, value=explorer.backbone.n_layers * 2 // 3, step=1,
+                      label="layer: show its top chunk")
+    info = gr.Markdown()
+    top_text = gr.Markdown()
+    last = gr.State({})  # per user: the chunk texts and layer × chunk scores of the last run
+
+    def score(doc: str, q: str, m: str, view: str, chunk_id: float, at_layer: float):
+        try:
+            check_inputs([doc], q, max_chars=60_000)
+            chunks = explorer.chunk([doc])
+            if len(chunks) > 64:
+                raise InputError(f"{len(chunks)} chunks: the live view takes at most 64 (about 9K tokens)")
+            cid = int(chunk_id)
+            if cid < 0:
+                cid = explorer.rank([doc], q, 1, "bm25", chunks=chunks).selected[0]
+            if cid >= len(chunks):
+                raise InputError(f"chunk id {cid} does not exist (0..{len(chunks) - 1})")
+            s = intrinsic_scores(explorer.backbone, [c.text for c in chunks], q, m)
+            qk = getattr(s, view)  # (L, H, M)
+            ranks = gold_rank(qk, {cid})
+            resid = gold_rank(s.resid, {cid}).tolist()
+            spread = qk.std(-1, keepdim=True, correction=0).clamp(min=1e-6)
+            z = ((qk - qk.mean(-1, keepdim=True)) / spread).mean(1)  # (L, M): z per head, mean over heads
+            mine = {"chunks": [c.text for c in chunks], "z": z.tolist()}
+            text = (f"chunk {cid} of {len(chunks)}: “{' '.join(chunks[cid].text.split()[:16])} …” — best rank "
+                    f"{int(ranks.min())} (layer × head); residual-stream rank by layer: {resid}")
+            return (plots.layer_head_heatmap(ranks.tolist(), f"rank of chunk {cid} ({m}, {view})"),
+                    plots.layer_chunk_heatmap(z.tolist(), f"chunk scores by layer ({m}, {view}, mean over heads)"),
+                    text, top_chunk(at_layer, mine), mine)
+        except UserError as exc:
+            raise gr.Error(str(exc)) from None
+
+    def top_chunk(at: float, mine: dict) -> str:
+        if not mine:
+            return ""
+        row = mine["z"][int(at) - 1]
+        best = max(range(len(row)), key=row.__getitem__)
+        return f"**layer {int(at)}** ranks chunk {best} first:\n\n> {mine['chunks'][best].strip()}"
+
+    run.click(on_gpu(score), [text, question, mode, side, target, layer], [heat, chunk_heat, info, top_text, last],
+              api_name="intrinsic")
+    layer.change(top_chunk, [layer, last], top_text, api_name=False)

@@ -1,0 +1,93 @@
+"""Tab "Top-n trade-off": the inverted U of accuracy against n, and accuracy against context length."""
+
+from __future__ import annotations
+
+import json
+
+import gradio as gr
+import pandas as pd
+
+from ...errors import UserError
+from ...evaluation.longcontext import label
+from ...pipeline import Explorer
+from ...settings import PRECOMPUTED
+from .. import plots
+from ..gpu import on_gpu
+
+CAPTION = ("**What to look for.** With few chunks, accuracy is limited by evidence recall (dotted): the answer "
+           "is often not among the selected chunks. As n grows, recall saturates while every extra chunk is "
+           "another distractor the small model must read past, so accuracy rises, peaks and falls: the "
+           "inverted U. Full context (dashed line) is the limit of reading everything, and stops fitting the "
+           "window beyond 8K tokens.")
+LIVE_NS = [1, 2, 3, 5, 8, 10, 15, 20, 30]
+
+
+def load_results() -> dict | None:
+    path = PRECOMPUTED / "longcontext.json"
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def summary_frame(table: list[dict]) -> pd.DataFrame:
+    rows = [{"method": r["method"], "length": r["label"], "n": r["n"] if r["n"] is not None else "all",
+             "questions": r["questions"], "EM": r.get("em"), "F1": r["f1"][0] if "f1" in r else None,
+             "contained": r.get("contained"), "evidence recall": r.get("recall"),
+             "prompt tokens": r.get("prompt_tokens"), "fits window": r["fits"]} for r in table]
+    return pd.DataFrame(rows)
+
+
+def build_tab(explorer: Explorer) -> None:
+    result = load_results()
+    table = result["table"] if result else []
+    lengths = sorted({r["length"] for r in table}) or [2000]
+    gr.Markdown("Long prompts as retrieval (paper Section 4): each New-Wiki question's gold paragraph sits at a "
+                "fixed depth among real distractor text (Wikipedia summaries, essays, a novel); UNREAL and "
+                "BM25 select n chunks, the same LLM answers. " + (f"Precomputed: {result['setting']}. "
+                f"Command: `{result['command']}`." if result else "No precomputed results yet: run "
+                "`python -m unreal_demo bench longcontext` or use the live run below."))
+    with gr.Row():
+        length = gr.Dropdown([label(x) for x in lengths], value=label(min(lengths, key=lambda x: abs(x - 8000))),
+                             label="context length")
+        metric = gr.Radio(["f1", "em", "contained"], value="f1", label="answer metric")
+
+    def draw(length_label: str, metric_name: str, rows: list[dict]):
+        chosen = next((x for x in sorted({r["length"] for r in rows}) if label(x) == length_label), None)
+        return (plots.topn_curve(rows, chosen or 0, metric_name), plots.length_curve(rows, metric_name))
+
+    first = draw(length.value, "f1", table)
+    with gr.Row():
+        topn = gr.Plot(first[0], label="accuracy against n")
+        by_length = gr.Plot(first[1], label="accuracy against length")
+    gr.Markdown(CAPTION)
+    frame = gr.Dataframe(summary_frame(table) if table else None, label="all cells (95% CIs in the JSON)")
+    shown = gr.State(table)
+    for comp in (length, metric):
+        comp.change(draw, [length, metric, shown], [topn, by_length], api_name=False)
+
+    gr.Markdown("### Live run\nRe-runs a small sample on this machine (chunk encodings and answers are cached, so "
+                "a repeat is fast; on 2 CPU cores one question at 2K with five n values takes about a minute).")
+    with gr.Row():
+        live_length = gr.Dropdown(["2K", "4K", "8K", "16K"], value="2K", label="length")
+        live_ns = gr.CheckboxGroup(LIVE_NS, value=[1, 3, 5, 10], label="n values")
+        live_sample = gr.Slider(1, 5, value=1, step=1, label="questions")
+    go = gr.Button("Run live sample", variant="primary")
+    status = gr.Markdown()
+
+    def live(length_label: str, ns: list[int], sample: int, metric_name: str,
+             progress=gr.Progress()):  # noqa: B008 (Gradio's idiom)
+        from ...evaluation.longcontext import parse_lengths
+        from ...evaluation.longcontext_run import run_benchmark
+
+        if not ns:
+            raise gr.Error("pick at least one n")
+        try:
+            out = run_benchmark(explorer, int(sample), parse_lengths(length_label), sorted(int(n) for n in ns),
+                                ("unreal", "bm25", "full"), progress=lambda f, d: progress(f, desc=d))
+        except UserError as exc:
+            raise gr.Error(str(exc)) from None
+        rows = out["table"]
+        figs = draw(length_label, metric_name, rows)
+        note = f"Live: {out['setting']} — {out['wall_seconds']:.0f} s."
+        return (*figs, summary_frame(rows), rows, note, gr.update(choices=[length_label], value=length_label))
+
+    go.click(on_gpu(live, 600), [live_length, live_ns, live_sample, metric],
+             [topn, by_length, frame, shown, status, length], api_name="topn", concurrency_limit=1)

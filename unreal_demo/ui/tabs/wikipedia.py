@@ -1,0 +1,176 @@
+"""Tab "Wikipedia": build or load a corpus index, search it with any method next to BM25, answer from the
+top 5, and the downstream QA table (the paper's Table 1 on our data)."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import gradio as gr
+import pandas as pd
+import plotly.graph_objects as go
+
+from ...core.generation import prompt_ids, stream_answer
+from ...data.sources import load_corpus
+from ...errors import UserError
+from ...evaluation.results import head_mismatch
+from ...pipeline import Explorer
+from ...retrieval.registry import names
+from ...settings import PRECOMPUTED, display_path
+from ...store import index as ix
+from .. import plots
+from ..gpu import on_gpu
+
+CORPORA = {"new_wiki": "SQuAD-Shifts New-Wiki paragraphs (1,581)", "squad_dev": "SQuAD v1.1 dev paragraphs (2,067)",
+           "summaries": "Wikipedia lead summaries (10,033)", "enwiki": "full enwiki articles (106)",
+           "all": "all of the above (13,787 passages, 20,354 chunks)"}
+TOKENS_PER_S = 576  # measured build path on 2 CPU cores (precomputed/bench_index.json)
+
+
+def _hits_table(result: dict, bm25_rank: dict[int, int]) -> pd.DataFrame:
+    return pd.DataFrame([{"rank": h["rank"], "title": h["title"], "score": h["score"],
+                          "BM25 rank": bm25_rank.get(h["id"]), "passage": h["text"].strip()}
+                         for h in result["hits"]])
+
+
+def qa_panel(explorer: Explorer | None = None) -> None:
+    """The precomputed downstream QA table and its EM/F1 bars."""
+    path = PRECOMPUTED / "qa.json"
+    if not path.exists():
+        gr.Markdown("No downstream QA result yet: run `python -m unreal_demo eval qa --out precomputed/qa.json`.")
+        return
+    data = json.loads(path.read_text())
+    table = pd.DataFrame([{"method": r["method"], "EM": r["em"], "F1": r["f1"][0],
+                           "F1 95% CI": f"{r['f1'][1]:.2f}–{r['f1'][2]:.2f}", "answer contained": r["contained"],
+                           f"evidence recall@{data['k']}": r["recall"], "F1 gap closed": r.get("f1_gap_closed")}
+                          for r in data["table"]])
+    made = data.get("provenance", {})
+    gr.Markdown(f"{data['setting']}\n\n`{made.get('command', data.get('command'))}`")
+    if explorer is not None and (warning := head_mismatch(data, explorer)):
+        gr.Markdown(f"⚠ {warning}", elem_classes=["unreal-notice"])
+    gr.Dataframe(table)
+    gr.Plot(plots.metric_bars(table, ("EM", "F1", "answer contained"), "downstream QA, same LLM, top-k from each "
+                                                                      "retriever"))
+    gr.Markdown("*What to look for:* the retrieval rows between the two bounds, no context and oracle; "
+                "“F1 gap closed” is the share of that gap each retriever closes. Evidence recall says how often "
+                "the gold paragraph was among the chunks at all.")
+
+
+def describe(index: ix.Index) -> str:
+    """The status line of an opened index: where, codec, chunks, passages, size on disk."""
+    m = index.manifest
+    size = sum(p.stat().st_size for p in index.folder.rglob("*") if p.is_file()) / 2**20
+    shipped = " (shipped with the app)" if index.folder.is_relative_to(PRECOMPUTED) else ""
+    return (f"index `{display_path(index.folder)}`{shipped} · codec {m['dtype']} · {m['chunks']:,} chunks of "
+            f"{m['passages']:,} passages · {size:.1f} MiB · ℓc = {m['chunk_layer']}")
+
+
+def build_tab(explorer: Explorer) -> None:
+    state: dict[str, ix.Index] = {}
+    described: dict[str, str] = {}  # the status line of each opened index (its size is read once)
+    lock = threading.Lock()
+    ready = [name for name in CORPORA if (ix.default_index(explorer, name) / "manifest.json").exists()]
+    first = "all" if "all" in ready or not ready else ready[0]
+
+    def opened(name: str) -> ix.Index:
+        """The index of ``name``, opened on first use (built in the cache, else shipped)."""
+        with lock:
+            if name not in state:
+                state[name] = ix.Index(ix.default_index(explorer, name))
+            if name not in described:
+                described[name] = describe(state[name])
+            return state[name]
+
+    gr.Markdown("Exact MaxSim over every chunk of an offline Wikipedia index (Eq. 4). The index stores chunk "
+                "states at ℓc only, so it does not depend on the trained head. Building encodes every chunk once "
+                f"(about {TOKENS_PER_S} tokens/s on 2 CPU cores: New-Wiki ≈ 6 min, all ≈ 70–80 min) and resumes if "
+                "stopped; `python -m unreal_demo index build --corpus all --token-states` builds the same folder.")
+    with gr.Row():
+        corpus = gr.Dropdown(list(CORPORA), value=first, label="corpus", info="; ".join(
+            f"{k}: {v}" for k, v in CORPORA.items()))
+        load = gr.Button("Build or load index")
+        status = gr.Markdown(f"ready to search: {', '.join(ready)} (opened on the first query)" if ready else
+                             "no index built yet: press 'Build or load index'")
+    with gr.Row():
+        query = gr.Textbox(label="Query", scale=3)
+        k = gr.Slider(1, 50, value=10, step=1, label="k")
+        method = gr.Radio(names("index"), value="unreal", label="method")
+        go_btn = gr.Button("Search", variant="primary")
+    chart = gr.Plot()
+    gr.Markdown("*What to look for:* a large gap between the first hit and the rest marks a confident match; "
+                "the BM25 rank column and the BM25 table beside show where the method and lexical matching "
+                "disagree.")
+    with gr.Row():
+        table = gr.Dataframe(wrap=True, label="chosen method")
+        bm25_table = gr.Dataframe(wrap=True, label="BM25, same query")
+    answer_btn = gr.Button("Answer from the top 5")
+    answer = gr.Textbox(label="Answer (streamed)", lines=3)
+    with gr.Accordion("Downstream QA: each retriever's top-5, same LLM (the paper's Table 1)", open=False):
+        qa_panel(explorer)
+
+    def open_index(name: str, progress=gr.Progress()):  # noqa: B008 (Gradio's idiom)
+        if name not in CORPORA:
+            raise gr.Error(f"unknown corpus {name!r}")
+        try:
+            opened(name)
+            return "loaded " + described[name]
+        except ix.IndexStoreError:
+            pass
+        path = ix.default_folder(explorer, name)
+        with lock:
+            t0 = time.perf_counter()
+            c = explorer.head.config
+            passages = load_corpus([name])
+            tokens = sum(len(p.text) for p in passages) / 4.2  # ≈ characters per token of English text
+            progress(0, desc=f"building: about {tokens / TOKENS_PER_S / 60:.0f} min on 2 CPU cores")
+
+            def report(done: int, total: int) -> None:
+                left = (time.perf_counter() - t0) / max(done, 1) * (total - done)
+                progress(done / total, desc=f"encoding chunks {done:,}/{total:,}, about {left / 60:.0f} min left")
+
+            started = path / "manifest.json"  # resume a build with the settings it was started with
+            m = json.loads(started.read_text()) if started.exists() else {}
+            try:
+                ix.build_index(path, explorer.backbone, passages, c.chunk_layer, c.n_pool, m.get("dtype", "fp16"),
+                               m.get("shard_size", 1024), progress=report, dense=m.get("dense", True),
+                               token_states=m.get("token_states", False))
+                state[name] = ix.Index(path)
+            except UserError as exc:
+                raise gr.Error(str(exc)) from None
+        return f"built {len(state[name]):,} chunks in {time.perf_counter() - t0:.0f} s at `{display_path(path)}`"
+
+    def do_search(q: str, k_: float, m: str, name: str = "all"):
+        if not q or not q.strip():
+            raise gr.Error("the query is empty")
+        try:
+            index = opened(name)
+        except ix.IndexStoreError:
+            raise gr.Error(f"no index for {name} yet: press 'Build or load index' to build it") from None
+        try:
+            k_ = max(1, min(int(k_), 100))
+            result = ix.search(index, explorer, q, k_, m)
+            bm25 = ix.search(index, explorer, q, 100, "bm25")
+        except UserError as exc:
+            raise gr.Error(str(exc)) from None
+        bm25_rank = {h["id"]: h["rank"] for h in bm25["hits"]}
+        fig = go.Figure(go.Bar(x=[f"{h['rank']}. {h['title'][:24]}" for h in result["hits"]],
+                               y=[h["score"] for h in result["hits"]], marker_color="#e4572e"))
+        t = result["timings"]
+        fig.update_layout(title=f"top {len(result['hits'])} by {m} — query {t.get('query_encoding', 0):.2f} s, "
+                                f"scan {t.get('scan', 0):.3f} s", height=300)
+        bm25["hits"] = bm25["hits"][:k_]
+        return (fig, _hits_table(result, bm25_rank), _hits_table(bm25, bm25_rank).drop(columns=["BM25 rank"]),
+                described[name])
+
+    def do_answer(q: str, rows: pd.DataFrame):
+        if rows is None or len(rows) == 0:
+            raise gr.Error("search first")
+        ids = prompt_ids(explorer.backbone, list(rows["passage"][:5]), q)
+        for gen in stream_answer(explorer.backbone, ids):
+            yield gen.text
+
+    load.click(open_index, corpus, status, api_name=False)
+    go_btn.click(on_gpu(do_search), [query, k, method, corpus], [chart, table, bm25_table, status],
+                 api_name="search")
+    answer_btn.click(on_gpu(do_answer), [query, table], answer, api_name=False)
