@@ -9,11 +9,24 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
+import threading
 
-from unreal_demo.core.backbone import DEFAULT_MODEL, BackboneError
-from unreal_demo.core.head import HeadError
-from unreal_demo.pipeline import Explorer
+from unreal_demo.core.backbone import DEFAULT_MODEL
+from unreal_demo.errors import UserError
+from unreal_demo.pipeline import Loading
+
+
+def _report(loader: Loading) -> None:
+    """Print the loading's outcome on the console (the page shows it too)."""
+    try:
+        loader.get()
+        print(loader.status(), flush=True)
+    except UserError as exc:
+        print(f"error: {exc}", file=sys.stderr, flush=True)
+    except Exception:  # a bug: its traceback in the log
+        import traceback
+
+        traceback.print_exc()
 
 
 def main() -> int:
@@ -28,21 +41,19 @@ def main() -> int:
     parser.add_argument("--port", type=int, default=int(env("GRADIO_SERVER_PORT", "7860")))
     parser.add_argument("--share", action="store_true")
     args = parser.parse_args()
-    t0 = time.perf_counter()
-    print(f"UNREAL Explorer: loading {args.model} (first run converts the offline GGUF once) …", flush=True)
     try:
-        explorer = Explorer.load(args.model, head=args.head, device=args.device, dtype=args.dtype,
-                                 trust_remote_code=args.trust_remote_code)
-    except (BackboneError, HeadError) as exc:
+        loader = Loading(args.model, head=args.head, device=args.device, dtype=args.dtype,
+                         trust_remote_code=args.trust_remote_code).start()
+    except UserError as exc:  # a missing or damaged head file: nothing to serve
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    b = explorer.backbone
-    print(f"loaded {b.name} on {b.device} ({b.dtype}) with head {explorer.head_source} "
-          f"in {time.perf_counter() - t0:.1f} s; building the app …", flush=True)
+    print(f"UNREAL Explorer: serving at once; loading {args.model} in the background "
+          "(the page shows the progress; the first start converts the offline GGUF once) …", flush=True)
+    threading.Thread(target=_report, args=(loader,), daemon=True).start()
     from unreal_demo.ui.app import CSS, build_demo
 
-    build_demo(explorer).launch(server_name=args.host, server_port=args.port, share=args.share, css=CSS,
-                                max_file_size="16mb")
+    build_demo(loader).launch(server_name=args.host, server_port=args.port, share=args.share, css=CSS,
+                              max_file_size="16mb")
     return 0
 
 

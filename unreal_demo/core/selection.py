@@ -19,7 +19,7 @@ import numpy as np
 import Stemmer
 import torch
 
-_STEMMER = Stemmer.Stemmer("english")
+STEMMER = Stemmer.Stemmer("english")
 
 
 def select_top_n(scores: torch.Tensor | np.ndarray, n: int) -> list[int]:
@@ -31,7 +31,7 @@ def select_top_n(scores: torch.Tensor | np.ndarray, n: int) -> list[int]:
 
 def bm25s_tokens(queries: Sequence[str]) -> list[list[str]]:
     """Each query as the stemmed, stop-word-free token strings BM25 scores with."""
-    return bm25s.tokenize(list(queries), stopwords="en", stemmer=_STEMMER, show_progress=False, return_ids=False)
+    return bm25s.tokenize(list(queries), stopwords="en", stemmer=STEMMER, show_progress=False, return_ids=False)
 
 
 class BM25:
@@ -51,7 +51,7 @@ class BM25:
 
     @staticmethod
     def _tokenize(texts: Sequence[str]):
-        return bm25s.tokenize(list(texts), stopwords="en", stemmer=_STEMMER, show_progress=False)
+        return bm25s.tokenize(list(texts), stopwords="en", stemmer=STEMMER, show_progress=False)
 
     def search(self, queries: Sequence[str], k: int) -> tuple[np.ndarray, np.ndarray]:
         """Top-``k`` document indices and scores per query, best first: two ``(Q, k)`` arrays."""

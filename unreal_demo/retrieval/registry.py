@@ -19,6 +19,7 @@ Example
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -102,6 +103,7 @@ class MemoryStore:
                  tokens: list | Callable[[], list] | None = None) -> None:
         self.texts = list(texts)
         self._keys, self._tokens = keys, tokens
+        self._lock = threading.Lock()  # held while a callable computes the keys: concurrent requests encode once
         self._normed: torch.Tensor | None = None
         self._dense: torch.Tensor | None = None
         self._bm25: BM25 | None = None
@@ -118,8 +120,9 @@ class MemoryStore:
     @property
     def keys(self) -> torch.Tensor:
         """Raw pooled chunk states ``(M, L_p, d)``."""
-        if callable(self._keys):
-            self._keys = self._keys()
+        with self._lock:
+            if callable(self._keys):
+                self._keys = self._keys()
         if self._keys is None:
             raise RetrievalError("this store holds no chunk encodings (UNREAL needs the model)")
         return self._keys

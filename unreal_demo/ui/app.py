@@ -1,40 +1,57 @@
-"""Build the Blocks app from an :class:`~unreal_demo.pipeline.Explorer`."""
+"""Build the Blocks app from a :class:`~unreal_demo.pipeline.Loading` (or an already loaded Explorer).
+
+The page is served at once; the model loads in a background thread. Each tab lays itself out from what
+is known before the model is ready (the model id, the head) and returns a :class:`~.wiring.Ready`: the
+buttons to enable and the updates to compute once the model is loaded. One ``load`` event per page
+streams the loading progress into the status line, then applies them.
+"""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import gradio as gr
 
-from ..pipeline import Explorer
-from .tabs import about as about_head
-from .tabs import flops as flops_tab
-from .tabs import intrinsic as intrinsic_tab
-from .tabs import long_document
-from .tabs import topn as topn_tab
-from .tabs import wikipedia as wikipedia_tab
+from ..pipeline import Explorer, Loading
+from .tabs import about, flops, intrinsic, long_document, topn, wikipedia
+from .wiring import Ready
 
 CSS = (Path(__file__).resolve().parents[2] / "assets" / "style.css").read_text()
+TABS = (("Long document", long_document), ("Wikipedia", wikipedia), ("Top-n trade-off", topn),
+        ("Intrinsic retrieval by layer", intrinsic), ("FLOPs & break-even", flops), ("About the head", about))
 
 
-def build_demo(explorer: Explorer) -> gr.Blocks:
+def build_demo(model: Loading | Explorer) -> gr.Blocks:
     """The UNREAL Explorer app; the model and head are shared read-only by every session."""
+    loader = model if isinstance(model, Loading) else Loading.of(model)
     with gr.Blocks(title="UNREAL Explorer") as demo:
         gr.Markdown(f"# UNREAL Explorer\nA frozen LLM selects its own evidence: chunks are encoded up to "
                     f"layer ℓc, scored by MaxSim against a tiny trained query side, and the top-n go back to "
-                    f"the same model. Model: `{explorer.backbone.name}` on {explorer.backbone.device}.",
-                    elem_classes=["unreal-header"])
-        with gr.Tab("Long document"):
-            long_document.build_tab(explorer)
-        with gr.Tab("Wikipedia"):
-            wikipedia_tab.build_tab(explorer)
-        with gr.Tab("Top-n trade-off"):
-            topn_tab.build_tab(explorer)
-        with gr.Tab("Intrinsic retrieval by layer"):
-            intrinsic_tab.build_tab(explorer)
-        with gr.Tab("FLOPs & break-even"):
-            flops_tab.build_tab(explorer)
-        with gr.Tab("About the head"):
-            about_head.build_tab(explorer)
+                    f"the same model. Model: `{loader.model}`.", elem_classes=["unreal-header"])
+        status = gr.Markdown(f"⏳ {loader.status()}", elem_classes=["unreal-status"], elem_id="unreal-status")
+        readies: list[Ready] = []
+        for title, tab in TABS:
+            with gr.Tab(title):
+                readies.append(tab.build_tab(loader))
+        outputs = [status, *{id(c): c for r in readies for c in r.components}.values()]
+
+        def wait_for_model():
+            while not loader.done:
+                yield {status: f"⏳ {loader.status()}"}
+                time.sleep(0.5)
+            try:
+                explorer = loader.get()
+            except Exception as exc:  # a failed load stays on screen (and in the log); the page keeps serving
+                yield {status: f"⚠ {exc}"}
+                return
+            updates = {status: f"✓ {loader.status()}"}
+            for ready in readies:
+                updates |= {c: gr.update(interactive=True) for c in ready.enable}
+                if ready.fill is not None:
+                    updates |= ready.fill(explorer)
+            yield updates
+
+        demo.load(wait_for_model, None, outputs, api_name=False, concurrency_limit=None, show_progress="hidden")
     demo.queue(default_concurrency_limit=2, max_size=32)
     return demo

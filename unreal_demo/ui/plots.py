@@ -191,3 +191,25 @@ def length_curve(table: Sequence[dict], metric: str = "f1") -> go.Figure:
     return fig.update_layout(title=f"Answer {metric} against context length", xaxis_type="log",
                              xaxis_title="context tokens", yaxis_title=metric, height=360,
                              margin={"t": 50, "b": 40}, legend={"orientation": "h", "y": -0.25})
+
+
+def compare_methods(rankings: Sequence[Ranking]) -> go.Figure:
+    """Every chunk's score under each method, min–max normalised per method (document order); the chunks each
+    method selected are drawn as large markers."""
+    fig = go.Figure()
+    colours = ["#e4572e", "#29335c", "#17a398", "#f3a712", "#8e5572"]
+    for ranking, colour in zip(rankings, colours, strict=False):
+        if ranking.scores is None:
+            continue
+        low, high = min(ranking.scores), max(ranking.scores)
+        y = [(s - low) / (high - low) if high > low else 0.5 for s in ranking.scores]
+        chosen = set(ranking.selected)
+        fig.add_scatter(x=[c.id for c in ranking.chunks], y=y, mode="lines+markers", name=ranking.method,
+                        line={"color": colour, "width": 1},
+                        marker={"color": colour, "size": [11 if c.id in chosen else 3 for c in ranking.chunks]},
+                        customdata=[[ranking.scores[c.id], _preview(c.text)] for c in ranking.chunks],
+                        hovertemplate=f"{ranking.method}: chunk %{{x}}, score %{{customdata[0]:.3f}}<br>"
+                                      "%{customdata[1]}<extra></extra>")
+    return fig.update_layout(title="Each method's score per chunk (normalised per method); large markers: selected",
+                             xaxis_title="chunk (document order)", yaxis_title="normalised score", height=340,
+                             margin={"t": 50, "b": 40}, legend={"orientation": "h", "y": -0.25})

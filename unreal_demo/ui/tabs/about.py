@@ -7,20 +7,26 @@ import json
 import gradio as gr
 import pandas as pd
 
+from ...core.head import QueryHead
 from ...evaluation.results import head_mismatch
-from ...pipeline import Explorer
+from ...pipeline import Loading
 from ...settings import PRECOMPUTED
 from .. import plots
+from ..wiring import Ready
 
 
-def build_tab(explorer: Explorer) -> None:
-    c = explorer.head.config
-    gr.Markdown(f"### Head: `{explorer.head_source}`\n"
-                f"{'trained' if c.trained else '**untrained**'} · {explorer.head.n_params():,} parameters · "
-                f"ℓc = {c.chunk_layer} of {c.n_layers} · L_p = {c.n_pool} · R = {c.n_ret} · G = {c.n_groups} · "
-                f"|C0| = {c.n_context} ({c.context_tokens} tokens each) · P {'on' if c.use_prompt else 'off'} · "
-                f"τ = {c.temperature}")
-    log_path = explorer.head_path.parent / "train_log.jsonl" if explorer.head_path else None
+def describe(head: QueryHead, source: str) -> str:
+    c = head.config
+    return (f"### Head: `{source}`\n{'trained' if c.trained else '**untrained**'} · {head.n_params():,} parameters · "
+            f"ℓc = {c.chunk_layer} of {c.n_layers} · L_p = {c.n_pool} · R = {c.n_ret} · G = {c.n_groups} · "
+            f"|C0| = {c.n_context} ({c.context_tokens} tokens each) · P {'on' if c.use_prompt else 'off'} · "
+            f"τ = {c.temperature}")
+
+
+def build_tab(loader: Loading) -> Ready:
+    head = gr.Markdown(describe(loader.head, loader.head_source) if loader.head is not None else
+                       "### Head: untrained (made for the model once it is loaded)")
+    log_path = loader.head_path.parent / "train_log.jsonl" if loader.head_path else None
     if log_path is not None and log_path.exists():
         log = [json.loads(line) for line in log_path.read_text().splitlines()]
         gr.Plot(plots.loss_curve(log), label="training loss")
@@ -35,7 +41,7 @@ def build_tab(explorer: Explorer) -> None:
             table = pd.DataFrame(data["table"])
             made = data.get("provenance", {})
             gr.Markdown(f"**{title}** — {data['setting']}\n\n`{made.get('command', data.get('command'))}`")
-            if warning := head_mismatch(data, explorer):
+            if warning := head_mismatch(data, loader):
                 gr.Markdown(f"⚠ {warning}", elem_classes=["unreal-notice"])
             gr.Dataframe(table.drop(columns=["key"], errors="ignore"))
             gr.Plot(plots.metric_bars(table))
@@ -45,5 +51,6 @@ def build_tab(explorer: Explorer) -> None:
         data = json.loads(ablations.read_text())
         gr.Markdown(f"**Ablations on the dev split** — {data['setting']}\n\n`{data['command']}`\n\n"
                     + data["markdown"])
-    if c.provenance:
-        gr.JSON(c.provenance, label="provenance")
+    if loader.head is not None and loader.head.config.provenance:
+        gr.JSON(loader.head.config.provenance, label="provenance")
+    return Ready(fill=lambda explorer: {head: describe(explorer.head, explorer.head_source)}, outputs=[head])

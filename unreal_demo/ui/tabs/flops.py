@@ -10,9 +10,10 @@ import pandas as pd
 
 from ...core.chunking import CHUNK_TOKENS
 from ...evaluation import flops
-from ...pipeline import Explorer
+from ...pipeline import Explorer, Loading
 from ...settings import PRECOMPUTED
 from .. import plots
+from ..wiring import Ready
 
 
 def table6() -> pd.DataFrame:
@@ -31,13 +32,13 @@ def measured_ttft() -> pd.DataFrame | None:
     return pd.DataFrame(json.loads(path.read_text())["rows"]) if path.exists() else None
 
 
-def build_tab(explorer: Explorer) -> None:
-    model_spec = flops.spec_from_config(explorer.backbone.model.config, explorer.head.config.chunk_layer,
-                                        explorer.backbone.name)
-    loaded = f"{model_spec.name} (loaded)"
-    specs = {spec.name: spec for spec in flops.PAPER_BACKBONES.values()} | {loaded: model_spec}
+def build_tab(loader: Loading) -> Ready:
+    specs = {spec.name: spec for spec in flops.PAPER_BACKBONES.values()}
+    loaded = f"{loader.model} (loaded)"  # its spec is read from the model's config once it is loaded
 
     def update(name, n_, T_, c_, r_, tq_, tg_, lc_):
+        if name not in specs:
+            raise gr.Error(f"{name}: the model is still loading")
         spec = specs[name]
         if name == loaded:
             spec = flops.BackboneSpec(spec.name, spec.theta, spec.n_layers, spec.attn_layers, spec.d_attn,
@@ -49,28 +50,29 @@ def build_tab(explorer: Explorer) -> None:
         star, root = flops.n_star(spec, s), flops.n_star_numeric(spec, s)
         text = (f"**{spec.name}**: Θ = {spec.theta:.3g}, L = {spec.n_layers}, L_a = {spec.attn_layers}, "
                 f"d_a = {spec.d_attn:.0f}, κ = {spec.kappa:.3g}, λ = {spec.lambda_:.3f}, |x_ret| = {s.xret} → "
-                f"**N* = {star:,.0f}** tokens (Eq. 10); root of Eq. 8 = {root:,.0f}")
+                f"**N\\* = {star:,.0f}** tokens (Eq. 10); root of Eq. 8 = {root:,.0f}")
         return (text, plots.flops_curves(lengths, full, unreal, star, measured_ttft() if name == loaded else None),
                 plots.ratio_curve(lengths, unreal / full))
 
-    head = explorer.head.config  # the sliders start from the loaded head's |C0|, R and ℓc
-    first = update(loaded, 5, CHUNK_TOKENS, head.n_context, head.n_ret, CHUNK_TOKENS, CHUNK_TOKENS, head.chunk_layer)
+    # the sliders start from the loaded head's |C0|, R and ℓc (the shipped head's file, read before the model)
+    head = loader.head.config if loader.head is not None else None
+    c0, r0, l0 = (head.n_context, head.n_ret, head.chunk_layer) if head else (2, 32, 20)
     gr.Markdown("Δ = (a) + (b) − (c) − (d) + (e) (Eq. 8): " + "; ".join(f"**({k})** {v}" for k, v in
                                                                        flops.TERMS.items()))
     with gr.Row():
-        backbone = gr.Dropdown(list(specs), value=loaded, label="backbone")
+        backbone = gr.Dropdown([*specs, loaded], value=loaded, label="backbone")
         n = gr.Slider(1, 30, value=5, step=1, label="n")
         T = gr.Slider(32, 512, value=CHUNK_TOKENS, step=1, label="T (chunk tokens)")
-        n_ctx = gr.Slider(0, 10, value=head.n_context, step=1, label="|C0| (loaded head's)")
-        R = gr.Slider(1, 128, value=head.n_ret, step=1, label="R (loaded head's)")
+        n_ctx = gr.Slider(0, 10, value=c0, step=1, label="|C0| (loaded head's)")
+        R = gr.Slider(1, 128, value=r0, step=1, label="R (loaded head's)")
     with gr.Row():
         tq = gr.Slider(1, 1024, value=CHUNK_TOKENS, step=1, label="T_q")
         tg = gr.Slider(1, 1024, value=CHUNK_TOKENS, step=1, label="T_g")
-        lc = gr.Slider(1, model_spec.n_layers, value=head.chunk_layer, step=1, label="ℓc (loaded model only)")
-    summary = gr.Markdown(first[0])
+        lc = gr.Slider(1, head.n_layers if head else 64, value=l0, step=1, label="ℓc (loaded model only)")
+    summary = gr.Markdown("The loaded model's FLOPs appear once it is loaded; pick a paper backbone meanwhile.")
     with gr.Row():
-        curves = gr.Plot(first[1], label="FLOPs against N")
-        ratio = gr.Plot(first[2], label="FLOP ratio")
+        curves = gr.Plot(label="FLOPs against N")
+        ratio = gr.Plot(label="FLOP ratio")
     gr.Markdown("*What to look for:* where the UNREAL curve crosses below full context (N*, Eq. 10) and how the "
                 "ratio keeps falling with length; on the loaded model the measured time-to-first-token points "
                 "show whether FLOPs predict time on this machine.")
@@ -79,3 +81,13 @@ def build_tab(explorer: Explorer) -> None:
     inputs = [backbone, n, T, n_ctx, R, tq, tg, lc]
     for comp in inputs:
         comp.change(update, inputs, [summary, curves, ratio], api_name=False)
+
+    def fill(explorer: Explorer) -> dict:
+        c = explorer.head.config
+        specs[loaded] = flops.spec_from_config(explorer.backbone.model.config, c.chunk_layer, explorer.backbone.name)
+        text, fig, fig_ratio = update(loaded, 5, CHUNK_TOKENS, c.n_context, c.n_ret, CHUNK_TOKENS, CHUNK_TOKENS,
+                                      c.chunk_layer)
+        return {summary: text, curves: fig, ratio: fig_ratio, n_ctx: c.n_context, R: c.n_ret,
+                lc: gr.update(maximum=specs[loaded].n_layers, value=c.chunk_layer)}
+
+    return Ready(fill=fill, outputs=[summary, curves, ratio, n_ctx, R, lc])

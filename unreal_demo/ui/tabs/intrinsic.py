@@ -7,15 +7,16 @@ import json
 import gradio as gr
 
 from ...errors import InputError, UserError
-from ...pipeline import Explorer, check_inputs
+from ...pipeline import Explorer, Loading, check_inputs
 from ...retrieval.intrinsic import gold_rank, intrinsic_scores
 from ...settings import PRECOMPUTED
 from .. import plots
 from ..examples import load_examples
 from ..gpu import on_gpu
+from ..wiring import Ready
 
 
-def build_tab(explorer: Explorer) -> None:
+def build_tab(loader: Loading) -> Ready:
     gr.Markdown("Untrained retrieval inside the frozen model (Appendix A.2.1): score_i = ⟨mean query of the "
                 "question, mean key of chunk i⟩ per layer and head. Pick the chunk that holds the answer and see "
                 "where each layer × head ranks it.")
@@ -43,20 +44,21 @@ def build_tab(explorer: Explorer) -> None:
             side = gr.Radio(["qk_post", "qk_pre"], value="qk_post", label="keys/queries",
                             info="after or before the rotary embedding")
             target = gr.Number(value=-1, precision=0, label="answer chunk id (-1: BM25's top chunk)")
-            run = gr.Button("Score every layer and head", variant="primary")
-    heat = gr.Plot()
+            run = gr.Button("Score every layer and head", variant="primary", interactive=False)
+    heat = gr.Plot(label="Rank of the answer chunk by layer × head (after a run)")
     gr.Markdown("*What to look for:* dark cells are layer × head pairs that rank the answer chunk first.")
-    chunk_heat = gr.Plot()
+    chunk_heat = gr.Plot(label="Chunk scores by layer (after a run)")
     gr.Markdown("*What to look for:* × marks each layer's best chunk (scores z-normalised per head, then "
                 "averaged over heads); a column of × on the answer chunk means many layers agree.")
-    layer = gr.Slider(1, explorer.backbone.n_layers, value=explorer.backbone.n_layers * 2 // 3, step=1,
-                      label="layer: show its top chunk")
+    depth = loader.head.config.n_layers if loader.head is not None else 30  # the model's, once it is loaded
+    layer = gr.Slider(1, depth, value=depth * 2 // 3, step=1, label="layer: show its top chunk")
     info = gr.Markdown()
     top_text = gr.Markdown()
     last = gr.State({})  # per user: the chunk texts and layer × chunk scores of the last run
 
     def score(doc: str, q: str, m: str, view: str, chunk_id: float, at_layer: float):
         try:
+            explorer = loader.get()
             check_inputs([doc], q, max_chars=60_000)
             chunks = explorer.chunk([doc])
             if len(chunks) > 64:
@@ -91,3 +93,9 @@ def build_tab(explorer: Explorer) -> None:
     run.click(on_gpu(score), [text, question, mode, side, target, layer], [heat, chunk_heat, info, top_text, last],
               api_name="intrinsic")
     layer.change(top_chunk, [layer, last], top_text, api_name=False)
+
+    def fill(explorer: Explorer) -> dict:
+        n = explorer.backbone.n_layers
+        return {layer: gr.update(maximum=n, value=min(layer.value, n))}
+
+    return Ready(enable=[run], fill=fill, outputs=[layer])

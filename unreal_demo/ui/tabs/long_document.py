@@ -1,23 +1,34 @@
-"""Tab "Long document": paste or upload text, ask, watch per-chunk MaxSim scores and the streamed answer."""
+"""Tab "Long document": paste or upload text, ask; per-chunk scores, the evidence inside each selected chunk,
+every method side by side on the same chunks, the streamed answer, and downloads of what is shown."""
 
 from __future__ import annotations
 
+import json
+import tempfile
 import time
 from pathlib import Path
 
 import gradio as gr
 import pandas as pd
 
-from ...core.generation import fits_window, prompt_ids
+from ...core.generation import Generation, fits_window, prompt_ids
 from ...data.textio import decode_text
 from ...errors import InputError, UserError
-from ...pipeline import MAX_CHARS, AskStep, Explorer, Ranking
+from ...pipeline import MAX_CHARS, AskStep, Explorer, Loading, Ranking
 from ...retrieval.registry import names
 from .. import plots
+from ..evidence import evidence_html
 from ..examples import EXAMPLES, load_examples
 from ..gpu import on_gpu
+from ..wiring import Ready
 
 MAX_UPLOAD_BYTES = 8 * MAX_CHARS // 2
+COMPARED = ("unreal", "bm25", "dense", "sparse")
+SELECTED_COLUMNS = ["chunk", "doc", "tokens", "score", "text"]
+TIMING_COLUMNS = ["method", "prompt tokens", "encode s", "retrieval s", "prefill s", "time to first token s"]
+COMPARE_COLUMNS = ["chunk", "selected by", *(f"{m} rank" for m in COMPARED), "text"]
+ANSWER_COLUMNS = ["method", "answer", "prompt tokens", "time to first token s"]
+EMPTY_TIMINGS = pd.DataFrame(columns=TIMING_COLUMNS)
 
 
 def read_upload(path: str | None, current: str) -> str:
@@ -39,11 +50,19 @@ def read_upload(path: str | None, current: str) -> str:
         return current
 
 
+def ranks(ranking: Ranking) -> dict[int, int]:
+    """1-based rank of every chunk under the method (best score first)."""
+    if ranking.scores is None:
+        return {}
+    order = sorted(range(len(ranking.scores)), key=lambda i: -ranking.scores[i])
+    return {i: r + 1 for r, i in enumerate(order)}
+
+
 def selected_table(ranking: Ranking) -> pd.DataFrame:
     rows = [{"chunk": i, "doc": ranking.chunks[i].doc, "tokens": ranking.chunks[i].tokens,
              "score": None if ranking.scores is None else round(ranking.scores[i], 4),
              "text": ranking.chunks[i].text.strip()} for i in ranking.selected]
-    return pd.DataFrame(rows, columns=["chunk", "doc", "tokens", "score", "text"])
+    return pd.DataFrame(rows, columns=SELECTED_COLUMNS)
 
 
 def timing_table(explorer: Explorer, step: AskStep, question: str, full: dict | None) -> pd.DataFrame:
@@ -62,14 +81,43 @@ def timing_table(explorer: Explorer, step: AskStep, question: str, full: dict | 
         else:
             row |= {"prefill s": "not run", "time to first token s": "tick 'also time full context'"}
         rows.append(row)
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows, columns=TIMING_COLUMNS)
 
 
-def build_tab(explorer: Explorer) -> None:
-    """Lay out the tab and wire its events (``api_name="ask"``)."""
-    status = "" if explorer.trained else (
-        "**Untrained head**: no trained head for this model was found, so UNREAL scores are random. "
-        "Train one with `python -m unreal_demo train`.")
+def chunk_rows(ranking: Ranking) -> list[dict]:
+    """Every chunk under one method: offsets in its document, tokens, score, rank, selected (for downloads)."""
+    rank, chosen = ranks(ranking), set(ranking.selected)
+    return [{"method": ranking.method, "chunk": c.id, "doc": c.doc, "start": c.start, "end": c.end,
+             "tokens": c.tokens, "score": None if ranking.scores is None else ranking.scores[c.id],
+             "rank": rank.get(c.id), "selected": c.id in chosen} for c in ranking.chunks]
+
+
+def export(kind: str, record: dict, rows: list[dict], tables: dict[str, pd.DataFrame]) -> list[str]:
+    """Write what is shown as ``<kind>.json`` (everything) and CSVs (per-chunk rows, each table); their paths."""
+    folder = Path(tempfile.mkdtemp(prefix=f"unreal-{kind}-"))
+    (folder / f"{kind}.json").write_text(json.dumps(record | {"chunks": rows}, indent=1, default=str))
+    pd.DataFrame(rows).to_csv(folder / f"{kind}_chunks.csv", index=False)
+    for name, table in tables.items():
+        table.to_csv(folder / f"{kind}_{name}.csv", index=False)
+    return sorted(str(p) for p in folder.iterdir())
+
+
+def compare_table(rankings: list[Ranking]) -> pd.DataFrame:
+    """The chunks any method selected: who selected each, and its rank under every method."""
+    by = {r.method: (ranks(r), set(r.selected)) for r in rankings}
+    chunks = rankings[0].chunks
+    ids = sorted({i for r in rankings for i in r.selected})
+    rows = [{"chunk": i, "selected by": ", ".join(m for m, (_, chosen) in by.items() if i in chosen),
+             **{f"{m} rank": by[m][0].get(i) if m in by else None for m in COMPARED},
+             "text": chunks[i].text.strip()} for i in ids]
+    return pd.DataFrame(rows, columns=COMPARE_COLUMNS)
+
+
+def build_tab(loader: Loading) -> Ready:
+    """Lay out the tab and wire its events (``api_name="ask"`` and ``"compare"``)."""
+    untrained = loader.head is None or not loader.head.config.trained
+    status = ("**Untrained head**: no trained head for this model was found, so UNREAL scores are random. "
+              "Train one with `python -m unreal_demo train`.") if untrained else ""
     with gr.Row():
         with gr.Column(scale=3):
             text = gr.Textbox(label="Document", lines=12, max_lines=20, placeholder="Paste a long document…")
@@ -79,45 +127,105 @@ def build_tab(explorer: Explorer) -> None:
             n = gr.Slider(1, 30, value=5, step=1, label="n (chunks to select)")
             method = gr.Radio(names("document"), value="unreal", label="Method")
             also_full = gr.Checkbox(label="also time full context (slow on CPU)", value=False)
-            run = gr.Button("Select evidence and answer", variant="primary")
+            run = gr.Button("Select evidence and answer", variant="primary", interactive=False)
+            with gr.Row():
+                compare = gr.Button("Compare methods", interactive=False)
+                answer_each = gr.Checkbox(label="answer with each method", value=False)
             notice = gr.Markdown(status, elem_classes=["unreal-notice"] if status else None)
-    answer = gr.Textbox(label="Answer (streamed)", lines=3, elem_classes=["unreal-answer"])
+    answer = gr.Textbox(label="Answer (streamed)", lines=3, elem_classes=["unreal-answer"],
+                        placeholder="The answer appears here, token by token.")
     with gr.Row():
-        bars = gr.Plot(label="Per-chunk scores")
-        heat = gr.Plot(label="MaxSim detail")
+        bars = gr.Plot(label="Per-chunk scores (after a run)")
+        heat = gr.Plot(label="MaxSim detail (after an UNREAL run)")
     gr.Markdown("*What to look for:* left, every chunk's score in document order, the selected top n in colour "
                 "(a clear spike at the answer's chunk means a confident selection); right, for UNREAL, which "
                 "query group g matched which pooled position p of each top chunk (Eq. 4 takes the max over p "
                 "in every row, then sums the rows).")
-    chosen = gr.Dataframe(label="Selected chunks, document order", wrap=True)
-    timings = gr.Dataframe(label="Timings against full context")
+    evidence = gr.HTML("<p class='unreal-placeholder'>The selected chunks appear here, each span coloured by how "
+                       "strongly UNREAL's query groups matched it and BM25's terms underlined.</p>",
+                       label="Evidence in the selected chunks")
+    chosen = gr.Dataframe(pd.DataFrame(columns=SELECTED_COLUMNS), label="Selected chunks, document order",
+                          wrap=True)
+    timings = gr.Dataframe(EMPTY_TIMINGS, label="Timings against full context (when the answer is complete)")
+    files = gr.File(label="Download: rankings with scores and chunk offsets, timings, answer (JSON, CSV)",
+                    file_count="multiple", interactive=False)
+    with gr.Accordion("Compare methods on the same chunks", open=False) as compare_box:
+        gr.Markdown("UNREAL, BM25, dense and sparse token matching score the same chunks (the encoding of the "
+                    "document is reused, so a second question costs only the query side).")
+        cmp_plot = gr.Plot(label="Normalised score per chunk and method")
+        cmp_table = gr.Dataframe(pd.DataFrame(columns=COMPARE_COLUMNS), wrap=True,
+                                 label="Chunks any method selected: who selected each, and its rank under each")
+        cmp_answers = gr.Dataframe(pd.DataFrame(columns=ANSWER_COLUMNS), wrap=True,
+                                   label="Each method's answer (tick 'answer with each method')")
+        cmp_files = gr.File(label="Download the comparison (JSON, CSV)", file_count="multiple", interactive=False)
     upload.change(read_upload, [upload, text], text, api_name=False)
 
     def ask(doc: str, q: str, n_sel: float, meth: str, full_too: bool = False,
             progress=gr.Progress()):  # noqa: B008 (Gradio's idiom for progress tracking)
         try:
+            explorer = loader.get()
             progress(0.1, desc="chunking and encoding")
             for step in explorer.ask_stream([doc or ""], q or "", int(n_sel), meth):
                 if not step.prompt_tokens:  # the first step: the ranking, before any answer
                     ranking = step.ranking
                     bar_fig, heat_fig = plots.chunk_scores(ranking), plots.group_heatmap(ranking)
-                    table = selected_table(ranking)
+                    table, shown = selected_table(ranking), evidence_html(explorer, ranking, q, ranks(ranking))
                     notes = "\n".join(f"- {m}" for m in ranking.notices)
                     progress(0.5, desc="answering")
                 if not step.done:
-                    yield step.text, bar_fig, heat_fig, table, None, notes or status
+                    yield step.text, bar_fig, heat_fig, shown, table, EMPTY_TIMINGS, notes or status, None
             full = _time_full(explorer, ranking, q) if full_too and meth != "full" else None
-            yield step.text, bar_fig, heat_fig, table, timing_table(explorer, step, q, full), notes or status
+            times = timing_table(explorer, step, q, full)
+            record = {"question": q, "method": meth, "n": int(n_sel), "answer": step.text, "model": loader.model,
+                      "head": loader.head_source, "timings": step.timings, "notices": ranking.notices}
+            out = export("ask", record, chunk_rows(ranking), {"selected": table, "timings": times})
+            yield step.text, bar_fig, heat_fig, shown, table, times, notes or status, out
         except UserError as exc:
             raise gr.Error(str(exc)) from None
 
+    def compare_all(doc: str, q: str, n_sel: float, answer_too: bool,
+                    progress=gr.Progress()):  # noqa: B008
+        try:
+            explorer = loader.get()
+            rankings, notes, answers = [], [], []
+            for j, m in enumerate(COMPARED):
+                progress(j / len(COMPARED), desc=f"scoring with {m}")
+                try:
+                    rankings.append(explorer.rank([doc or ""], q or "", int(n_sel), m))
+                except InputError:
+                    raise
+                except UserError as exc:  # e.g. the dense model cannot be fetched: the others still compare
+                    notes.append(f"{m}: {exc}")
+            for r in rankings if answer_too else []:
+                progress(0.8, desc=f"answering with {r.method}")
+                t0, gen, first = time.perf_counter(), Generation(), None
+                for gen in explorer.stream(r, q):
+                    first = first or (time.perf_counter() - t0 if gen.tokens else None)
+                answers.append({"method": r.method, "answer": gen.text, "prompt tokens": gen.prompt_tokens,
+                                "time to first token s": round(first or 0.0, 3)})
+        except UserError as exc:
+            raise gr.Error(str(exc)) from None
+        table, said = compare_table(rankings), pd.DataFrame(answers, columns=ANSWER_COLUMNS)
+        lead = rankings[0]
+        record = {"question": q, "n": int(n_sel), "methods": [r.method for r in rankings], "answers": answers,
+                  "model": loader.model, "head": loader.head_source, "notices": notes,
+                  "timings": {r.method: r.timings for r in rankings}}
+        out = export("compare", record, [row for r in rankings for row in chunk_rows(r)],
+                     {"selected": table, "answers": said})
+        return (plots.compare_methods(rankings), table, said, out,
+                evidence_html(explorer, lead, q, ranks(lead)), "\n".join(f"- {x}" for x in notes) or status,
+                gr.update(open=True))
+
     examples = load_examples() if (EXAMPLES / "examples.json").exists() else []
+    outputs = [answer, bars, heat, evidence, chosen, timings, notice, files]
     if examples:
         gr.Examples(examples, [text, question, n, method], label="Ready examples (offline text)",
-                    fn=on_gpu(ask), outputs=[answer, bars, heat, chosen, timings, notice], cache_examples=True,
-                    cache_mode="lazy")
-    run.click(on_gpu(ask), [text, question, n, method, also_full], [answer, bars, heat, chosen, timings, notice],
-              api_name="ask", concurrency_limit=2)
+                    fn=on_gpu(ask), outputs=outputs, cache_examples=True, cache_mode="lazy")
+    run.click(on_gpu(ask), [text, question, n, method, also_full], outputs, api_name="ask", concurrency_limit=2)
+    compare.click(on_gpu(compare_all), [text, question, n, answer_each],
+                  [cmp_plot, cmp_table, cmp_answers, cmp_files, evidence, notice, compare_box], api_name="compare",
+                  concurrency_limit=2)
+    return Ready(enable=[run, compare])
 
 
 def _time_full(explorer: Explorer, ranking: Ranking, question: str) -> dict | None:

@@ -9,10 +9,12 @@ import pandas as pd
 
 from ...errors import UserError
 from ...evaluation.longcontext import label
-from ...pipeline import Explorer
+from ...evaluation.results import head_mismatch
+from ...pipeline import Loading
 from ...settings import PRECOMPUTED
 from .. import plots
 from ..gpu import on_gpu
+from ..wiring import Ready
 
 CAPTION = ("**What to look for.** With few chunks, accuracy is limited by evidence recall (dotted): the answer "
            "is often not among the selected chunks. As n grows, recall saturates while every extra chunk is "
@@ -35,7 +37,7 @@ def summary_frame(table: list[dict]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def build_tab(explorer: Explorer) -> None:
+def build_tab(loader: Loading) -> Ready:
     result = load_results()
     table = result["table"] if result else []
     lengths = sorted({r["length"] for r in table}) or [2000]
@@ -44,6 +46,8 @@ def build_tab(explorer: Explorer) -> None:
                 "BM25 select n chunks, the same LLM answers. " + (f"Precomputed: {result['setting']}. "
                 f"Command: `{result['command']}`." if result else "No precomputed results yet: run "
                 "`python -m unreal_demo bench longcontext` or use the live run below."))
+    if result and (warning := head_mismatch(result, loader)):
+        gr.Markdown(f"⚠ {warning}", elem_classes=["unreal-notice"])
     with gr.Row():
         length = gr.Dropdown([label(x) for x in lengths], value=label(min(lengths, key=lambda x: abs(x - 8000))),
                              label="context length")
@@ -69,7 +73,7 @@ def build_tab(explorer: Explorer) -> None:
         live_length = gr.Dropdown(["2K", "4K", "8K", "16K"], value="2K", label="length")
         live_ns = gr.CheckboxGroup(LIVE_NS, value=[1, 3, 5, 10], label="n values")
         live_sample = gr.Slider(1, 5, value=1, step=1, label="questions")
-    go = gr.Button("Run live sample", variant="primary")
+    go = gr.Button("Run live sample", variant="primary", interactive=False)
     status = gr.Markdown()
 
     def live(length_label: str, ns: list[int], sample: int, metric_name: str,
@@ -80,7 +84,7 @@ def build_tab(explorer: Explorer) -> None:
         if not ns:
             raise gr.Error("pick at least one n")
         try:
-            out = run_benchmark(explorer, int(sample), parse_lengths(length_label), sorted(int(n) for n in ns),
+            out = run_benchmark(loader.get(), int(sample), parse_lengths(length_label), sorted(int(n) for n in ns),
                                 ("unreal", "bm25", "full"), progress=lambda f, d: progress(f, desc=d))
         except UserError as exc:
             raise gr.Error(str(exc)) from None
@@ -91,3 +95,4 @@ def build_tab(explorer: Explorer) -> None:
 
     go.click(on_gpu(live, 600), [live_length, live_ns, live_sample, metric],
              [topn, by_length, frame, shown, status, length], api_name="topn", concurrency_limit=1)
+    return Ready(enable=[go])

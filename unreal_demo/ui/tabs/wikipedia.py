@@ -15,26 +15,28 @@ from ...core.generation import prompt_ids, stream_answer
 from ...data.sources import load_corpus
 from ...errors import UserError
 from ...evaluation.results import head_mismatch
-from ...pipeline import Explorer
+from ...pipeline import Explorer, Loading
 from ...retrieval.registry import names
 from ...settings import PRECOMPUTED, display_path
 from ...store import index as ix
 from .. import plots
 from ..gpu import on_gpu
+from ..wiring import Ready
 
 CORPORA = {"new_wiki": "SQuAD-Shifts New-Wiki paragraphs (1,581)", "squad_dev": "SQuAD v1.1 dev paragraphs (2,067)",
            "summaries": "Wikipedia lead summaries (10,033)", "enwiki": "full enwiki articles (106)",
            "all": "all of the above (13,787 passages, 20,354 chunks)"}
+HIT_COLUMNS = ["rank", "title", "score", "BM25 rank", "passage"]
 TOKENS_PER_S = 576  # measured build path on 2 CPU cores (precomputed/bench_index.json)
 
 
 def _hits_table(result: dict, bm25_rank: dict[int, int]) -> pd.DataFrame:
     return pd.DataFrame([{"rank": h["rank"], "title": h["title"], "score": h["score"],
                           "BM25 rank": bm25_rank.get(h["id"]), "passage": h["text"].strip()}
-                         for h in result["hits"]])
+                         for h in result["hits"]], columns=HIT_COLUMNS)
 
 
-def qa_panel(explorer: Explorer | None = None) -> None:
+def qa_panel(loader: Loading | None = None) -> None:
     """The precomputed downstream QA table and its EM/F1 bars."""
     path = PRECOMPUTED / "qa.json"
     if not path.exists():
@@ -47,7 +49,7 @@ def qa_panel(explorer: Explorer | None = None) -> None:
                           for r in data["table"]])
     made = data.get("provenance", {})
     gr.Markdown(f"{data['setting']}\n\n`{made.get('command', data.get('command'))}`")
-    if explorer is not None and (warning := head_mismatch(data, explorer)):
+    if loader is not None and (warning := head_mismatch(data, loader)):
         gr.Markdown(f"⚠ {warning}", elem_classes=["unreal-notice"])
     gr.Dataframe(table)
     gr.Plot(plots.metric_bars(table, ("EM", "F1", "answer contained"), "downstream QA, same LLM, top-k from each "
@@ -66,15 +68,19 @@ def describe(index: ix.Index) -> str:
             f"{m['passages']:,} passages · {size:.1f} MiB · ℓc = {m['chunk_layer']}")
 
 
-def build_tab(explorer: Explorer) -> None:
+def ready_corpora(explorer: Explorer) -> list[str]:
+    """The corpora with an index for this model and ℓc (built in the cache or shipped)."""
+    return [name for name in CORPORA if (ix.default_index(explorer, name) / "manifest.json").exists()]
+
+
+def build_tab(loader: Loading) -> Ready:
     state: dict[str, ix.Index] = {}
     described: dict[str, str] = {}  # the status line of each opened index (its size is read once)
     lock = threading.Lock()
-    ready = [name for name in CORPORA if (ix.default_index(explorer, name) / "manifest.json").exists()]
-    first = "all" if "all" in ready or not ready else ready[0]
 
     def opened(name: str) -> ix.Index:
         """The index of ``name``, opened on first use (built in the cache, else shipped)."""
+        explorer = loader.get()
         with lock:
             if name not in state:
                 state[name] = ix.Index(ix.default_index(explorer, name))
@@ -87,27 +93,27 @@ def build_tab(explorer: Explorer) -> None:
                 f"(about {TOKENS_PER_S} tokens/s on 2 CPU cores: New-Wiki ≈ 6 min, all ≈ 70–80 min) and resumes if "
                 "stopped; `python -m unreal_demo index build --corpus all --token-states` builds the same folder.")
     with gr.Row():
-        corpus = gr.Dropdown(list(CORPORA), value=first, label="corpus", info="; ".join(
+        corpus = gr.Dropdown(list(CORPORA), value="all", label="corpus", info="; ".join(
             f"{k}: {v}" for k, v in CORPORA.items()))
-        load = gr.Button("Build or load index")
-        status = gr.Markdown(f"ready to search: {', '.join(ready)} (opened on the first query)" if ready else
-                             "no index built yet: press 'Build or load index'")
+        load = gr.Button("Build or load index", interactive=False)
+        status = gr.Markdown("the indexes ready to search are listed once the model is loaded")
     with gr.Row():
         query = gr.Textbox(label="Query", scale=3)
         k = gr.Slider(1, 50, value=10, step=1, label="k")
         method = gr.Radio(names("index"), value="unreal", label="method")
-        go_btn = gr.Button("Search", variant="primary")
-    chart = gr.Plot()
+        go_btn = gr.Button("Search", variant="primary", interactive=False)
+    chart = gr.Plot(label="Scores of the top k (after a search)")
     gr.Markdown("*What to look for:* a large gap between the first hit and the rest marks a confident match; "
                 "the BM25 rank column and the BM25 table beside show where the method and lexical matching "
                 "disagree.")
     with gr.Row():
-        table = gr.Dataframe(wrap=True, label="chosen method")
-        bm25_table = gr.Dataframe(wrap=True, label="BM25, same query")
-    answer_btn = gr.Button("Answer from the top 5")
-    answer = gr.Textbox(label="Answer (streamed)", lines=3)
+        table = gr.Dataframe(pd.DataFrame(columns=HIT_COLUMNS), wrap=True, label="chosen method")
+        bm25_table = gr.Dataframe(pd.DataFrame(columns=[c for c in HIT_COLUMNS if c != "BM25 rank"]), wrap=True,
+                                  label="BM25, same query")
+    answer_btn = gr.Button("Answer from the top 5", interactive=False)
+    answer = gr.Textbox(label="Answer (streamed)", lines=3, placeholder="Search, then answer from the top 5 hits.")
     with gr.Accordion("Downstream QA: each retriever's top-5, same LLM (the paper's Table 1)", open=False):
-        qa_panel(explorer)
+        qa_panel(loader)
 
     def open_index(name: str, progress=gr.Progress()):  # noqa: B008 (Gradio's idiom)
         if name not in CORPORA:
@@ -117,6 +123,7 @@ def build_tab(explorer: Explorer) -> None:
             return "loaded " + described[name]
         except ix.IndexStoreError:
             pass
+        explorer = loader.get()
         path = ix.default_folder(explorer, name)
         with lock:
             t0 = time.perf_counter()
@@ -149,8 +156,8 @@ def build_tab(explorer: Explorer) -> None:
             raise gr.Error(f"no index for {name} yet: press 'Build or load index' to build it") from None
         try:
             k_ = max(1, min(int(k_), 100))
-            result = ix.search(index, explorer, q, k_, m)
-            bm25 = ix.search(index, explorer, q, 100, "bm25")
+            result = ix.search(index, loader.get(), q, k_, m)
+            bm25 = ix.search(index, loader.get(), q, 100, "bm25")
         except UserError as exc:
             raise gr.Error(str(exc)) from None
         bm25_rank = {h["id"]: h["rank"] for h in bm25["hits"]}
@@ -166,11 +173,20 @@ def build_tab(explorer: Explorer) -> None:
     def do_answer(q: str, rows: pd.DataFrame):
         if rows is None or len(rows) == 0:
             raise gr.Error("search first")
-        ids = prompt_ids(explorer.backbone, list(rows["passage"][:5]), q)
-        for gen in stream_answer(explorer.backbone, ids):
+        backbone = loader.get().backbone
+        ids = prompt_ids(backbone, list(rows["passage"][:5]), q)
+        for gen in stream_answer(backbone, ids):
             yield gen.text
 
     load.click(open_index, corpus, status, api_name=False)
     go_btn.click(on_gpu(do_search), [query, k, method, corpus], [chart, table, bm25_table, status],
                  api_name="search")
     answer_btn.click(on_gpu(do_answer), [query, table], answer, api_name=False)
+
+    def fill(explorer: Explorer) -> dict:
+        ready = ready_corpora(explorer)
+        return {corpus: gr.update(value="all" if "all" in ready or not ready else ready[0]),
+                status: f"ready to search: {', '.join(ready)} (opened on the first query)" if ready else
+                "no index built yet: press 'Build or load index'"}
+
+    return Ready(enable=[load, go_btn, answer_btn], fill=fill, outputs=[corpus, status])

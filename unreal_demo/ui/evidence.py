@@ -1,0 +1,74 @@
+"""The evidence view: each selected chunk's text coloured by what the method matched (HTML).
+
+UNREAL: the background of each pooled span (:func:`retrieval.evidence.segment_spans`) is shaded by
+max_g ⟨q_g, k_{i,p}⟩, from the lowest to the highest span shown; hovering a span shows its group and
+score. BM25's matched query terms are underlined in every view, so where the two disagree shows.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Sequence
+
+from ..pipeline import Explorer, Ranking
+from ..retrieval.evidence import Segment, bm25_terms, segment_spans, unreal_segments
+
+LEGEND = ("<div class='unreal-legend'><span class='unreal-swatch' style='background:rgba(255,140,0,0.08)'>"
+          "low</span><span class='unreal-swatch' style='background:rgba(255,140,0,0.85)'>high</span> UNREAL: "
+          "max over query groups of ⟨q_g, k_p⟩ for each pooled span (hover for the group and score) · "
+          "<u>underlined</u>: BM25's matched query terms</div>")
+
+
+def chunk_segments(explorer: Explorer, ranking: Ranking) -> dict[int, list[Segment]]:
+    """The scored pooled spans of every chunk that has UNREAL group similarities."""
+    c = explorer.head.config
+    return {i: unreal_segments(segment_spans(explorer.backbone.tokenizer, ranking.chunks[i].text, c.n_pool,
+                                             c.chunk_tokens), sims)
+            for i, sims in ranking.group_sims.items()}
+
+
+def _shade(score: float, low: float, high: float) -> str:
+    share = 0.5 if high <= low else (score - low) / (high - low)
+    return f"rgba(255,140,0,{0.08 + 0.77 * share:.2f})"
+
+
+def _marked(text: str, terms: Sequence[tuple[int, int, str]], start: int, end: int) -> str:
+    """``text[start:end]`` escaped, with BM25's terms inside it underlined."""
+    out, at = [], start
+    for s, e, stem in terms:
+        if s >= start and e <= end:
+            out += [html.escape(text[at:s]), f"<u title='BM25 term “{html.escape(stem)}”'>{html.escape(text[s:e])}</u>"]
+            at = e
+    out.append(html.escape(text[at:end]))
+    return "".join(out)
+
+
+def evidence_html(explorer: Explorer, ranking: Ranking, question: str, ranks: dict[int, int] | None = None) -> str:
+    """One card per selected chunk (document order): its rank and score, then its text with the evidence."""
+    if not ranking.selected or ranking.method == "full":
+        return "<p class='unreal-placeholder'>No selection: full context reads every chunk.</p>"
+    segments = chunk_segments(explorer, ranking)
+    shown = [s.score for i in ranking.selected for s in segments.get(i, [])]
+    low, high = (min(shown), max(shown)) if shown else (0.0, 1.0)
+    cards = []
+    for i in ranking.selected:
+        text = ranking.chunks[i].text
+        terms = bm25_terms(question, text)
+        score = "" if ranking.scores is None else f" · score {ranking.scores[i]:.3f}"
+        rank = f" · rank {ranks[i]}" if ranks and i in ranks else ""
+        body = []
+        if i in segments:
+            at = 0
+            for s in segments[i]:
+                if s.end <= at:
+                    continue  # a span repeated for a chunk shorter than L_p tokens
+                tip = f"group {s.group + 1} · ⟨q_g, k_p⟩ = {s.score:.3f}"
+                body.append(f"<span class='unreal-seg' style='background:{_shade(s.score, low, high)}' "
+                            f"title='{tip}'>{_marked(text, terms, max(at, s.start), s.end)}</span>")
+                at = s.end
+            body.append(_marked(text, terms, at, len(text)))  # beyond the encoded prefix: no key
+        else:
+            body.append(_marked(text, terms, 0, len(text)))
+        cards.append(f"<div class='unreal-card'><div class='unreal-card-head'>chunk {i}{rank}{score} · "
+                     f"{len(terms)} BM25 term match(es)</div><div class='unreal-card-text'>{''.join(body)}</div></div>")
+    return LEGEND + "".join(cards)
