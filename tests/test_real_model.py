@@ -53,11 +53,12 @@ def test_wikipedia_example(explorer):
 
 
 def test_shipped_index_answers_without_a_build(explorer):
-    """The compressed index in precomputed/index opens with its checksums and finds a New-Wiki paragraph."""
+    """The compressed index of the "all" corpus in precomputed/index opens with its checksums and finds a
+    New-Wiki paragraph among its 20,354 chunks."""
     from unreal_demo.data.sources import load_squad
     from unreal_demo.store import index as ix
 
-    shipped = ix.shipped_folder(explorer, "new_wiki")
+    shipped = ix.shipped_folder(explorer, "all")
     if not (shipped / "manifest.json").exists():
         pytest.skip("no shipped index for this head's ℓc")
     index = ix.Index(shipped)  # verifies every shard and the codec file
@@ -66,4 +67,5 @@ def test_shipped_index_answers_without_a_build(explorer):
     hits = ix.search(index, explorer, q.text, 10, "unreal")["hits"]
     bm25 = ix.search(index, explorer, q.text, 10, "bm25")["hits"]
     assert len(hits) == 10 and any(h["passage"] == q.passage_id for h in hits + bm25)
-    assert index.manifest["dtype"] in ("sq4", "res2", "res1")
+    assert index.manifest["dtype"] in ("sq4", "res2", "res1") and index.manifest["chunks"] == 20_354
+    assert ix.default_index(explorer) == shipped or (ix.default_folder(explorer, "all") / "manifest.json").exists()

@@ -7,6 +7,7 @@ import torch
 
 from unreal_demo.core.chunking import tokenizer_counters
 from unreal_demo.core.head import untrained_head
+from unreal_demo.evaluation import answers
 from unreal_demo.evaluation import longcontext_run as longcontext_eval
 from unreal_demo.evaluation.longcontext import Builder, Item, build_pool, gold_chunks, parse_lengths, split_passages
 from unreal_demo.evaluation.longcontext_run import ContextEncoder, run_longcontext, summarize
@@ -119,11 +120,12 @@ class TestRun:
         assert ctx.tail and (ctx.gold_doc > ctx.n_pool) == (depth == 1.0)
         texts, doc_of, keys = ContextEncoder(b, explorer.backbone, explorer.head).keys(ctx)
         assert (texts, doc_of) == b.chunked(ctx)
-        direct = explorer.encoded([explorer.chunk([t])[0] for t in texts])[0]
+        direct = explorer.store([explorer.chunk([t])[0] for t in texts]).keys
         torch.testing.assert_close(keys, direct, atol=2e-3, rtol=0)  # fp16 cache
 
     def test_run_rows_and_summary(self, explorer, monkeypatch, tmp_path):
         monkeypatch.setenv("UNREAL_CACHE", str(tmp_path))
+        monkeypatch.setattr(answers, "MAX_NEW_TOKENS", 2)  # what the answer cache generates
         monkeypatch.setattr(longcontext_eval, "MAX_NEW_TOKENS", 2)
         count, offsets = tokenizer_counters(explorer.backbone.tokenizer)
         items = [Item(str(k), f"What is secret {k}?", (str(1000 + k),), GOLDS[k], 0.5) for k in range(2)]
