@@ -119,12 +119,19 @@ class Explorer:
             :class:`HeadError` for a head that does not fit the model.
         """
         path = head_file(model, head, require_head)
-        loaded = QueryHead.load(path) if path else None
+        return cls.build(model, QueryHead.load(path) if path else None, path, device, dtype, trust_remote_code,
+                         stage)
+
+    @classmethod
+    def build(cls, model: str, head: QueryHead | None, head_path: Path | None, device: str | None = None,
+              dtype: str | None = None, trust_remote_code: bool = False,
+              stage: Callable[[str], None] | None = None) -> Explorer:
+        """Load the backbone and pair it with a head already read from ``head_path`` (None: untrained)."""
         backbone = load_backbone(model, device=device, dtype=dtype, trust_remote_code=trust_remote_code,
                                  stage=stage)
-        if loaded is not None:
-            return cls(backbone, loaded, path)
-        return cls(backbone, untrained_head(backbone), None)
+        if head is None:
+            return cls(backbone, untrained_head(backbone), None)
+        return cls(backbone, head, head_path)
 
     @property
     def trained(self) -> bool:
@@ -150,19 +157,16 @@ class Explorer:
             if key in self._cache:
                 self._cache.move_to_end(key)
                 return self._cache[key]
-        texts, parts = [ch.text for ch in chunks], []
+        texts = [ch.text for ch in chunks]
 
-        def keys() -> torch.Tensor:
+        def encode(parts: list | None) -> torch.Tensor:
             tokens: list[torch.Tensor] = []
             out = encode_chunks(self.backbone, texts, c.chunk_layer, c.n_pool, c.chunk_tokens, tokens_out=tokens)
-            parts.append((torch.cat(tokens), torch.tensor([len(x) for x in tokens])))  # (ΣT_i, d), (M,)
-            return out
+            if parts is not None:
+                parts.append((torch.cat(tokens), torch.tensor([len(x) for x in tokens])))  # (ΣT_i, d), (M,)
+            return out  # (M, L_p, d)
 
-        def tokens() -> list:
-            store.keys  # noqa: B018  (the encoding pass fills the token states)
-            return parts
-
-        store = MemoryStore(texts, keys, tokens)
+        store = MemoryStore.lazy(texts, encode)
         with self._lock:
             self._cache[key] = store
             while len(self._cache) > 8:
@@ -271,37 +275,35 @@ class Loading:
     """
 
     def __init__(self, model: str = DEFAULT_MODEL, head: str | None = None, device: str | None = None,
-                 dtype: str | None = None, trust_remote_code: bool = False) -> None:
-        self.model, self.head_path = model, head_file(model, head)
-        self.head = QueryHead.load(self.head_path) if self.head_path else None  # None: untrained, made at load
+                 dtype: str | None = None, trust_remote_code: bool = False, explorer: Explorer | None = None) -> None:
+        self._explorer, self._error, self._done = explorer, None, threading.Event()
+        if explorer is not None:  # already in memory (tests, notebooks): a finished loading
+            self.model, self.head_path, self.head = explorer.backbone.name, explorer.head_path, explorer.head
+            self.stage, self.started, self.seconds = "ready", time.perf_counter(), 0.0
+            self._done.set()
+        else:
+            self.model, self.head_path = model, head_file(model, head)
+            self.head = QueryHead.load(self.head_path) if self.head_path else None  # None: untrained, made at load
+            self.stage, self.started, self.seconds = "starting", time.perf_counter(), None
         self.head_source = display_path(self.head_path) if self.head_path else "untrained"
-        self.stage, self.started, self.seconds = "starting", time.perf_counter(), None
-        self._explorer: Explorer | None = None
-        self._error: BaseException | None = None
-        self._done = threading.Event()
-        self._args = {"model": model, "head": head, "device": device, "dtype": dtype,
-                      "trust_remote_code": trust_remote_code}
+        self._args = {"model": model, "device": device, "dtype": dtype, "trust_remote_code": trust_remote_code}
 
     def start(self) -> Loading:
-        threading.Thread(target=self._run, name="load-model", daemon=True).start()
+        if not self.done:
+            threading.Thread(target=self._run, name="load-model", daemon=True).start()
         return self
 
     @classmethod
     def of(cls, explorer: Explorer) -> Loading:
         """A finished loading of an explorer already in memory (tests, notebooks)."""
-        done = cls.__new__(cls)
-        done.model, done.head_path, done.head = explorer.backbone.name, explorer.head_path, explorer.head
-        done.head_source, done.stage, done.started, done.seconds = explorer.head_source, "ready", 0.0, 0.0
-        done._explorer, done._error, done._done = explorer, None, threading.Event()
-        done._done.set()
-        return done
+        return cls(explorer=explorer)
 
     def _set(self, stage: str) -> None:
         self.stage = stage
 
     def _run(self) -> None:
         try:
-            self._explorer = Explorer.load(**self._args, stage=self._set)
+            self._explorer = Explorer.build(head=self.head, head_path=self.head_path, **self._args, stage=self._set)
         except BaseException as exc:  # kept and raised again by get(): a UserError is shown as is
             self._error = exc
         self.seconds = time.perf_counter() - self.started

@@ -188,8 +188,8 @@ def test_the_page_serves_while_the_model_loads(tiny):
         gate.wait(30)
         return Explorer(tiny, untrained_head(tiny, n_ret=4, n_groups=2, chunk_layer=2), None)
 
-    original = Explorer.load
-    Explorer.load = staticmethod(slow_load)
+    original = Explorer.build
+    Explorer.build = staticmethod(slow_load)
     try:
         loader.start()
         assert not loader.done and loader.status().startswith("loading tiny-llama")
@@ -206,7 +206,7 @@ def test_the_page_serves_while_the_model_loads(tiny):
         finally:
             demo.close()
     finally:
-        Explorer.load = original
+        Explorer.build = original
         gate.set()
 
 

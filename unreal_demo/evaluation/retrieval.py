@@ -78,26 +78,20 @@ def top(scores: torch.Tensor, k: int = 100) -> list[list[int]]:
 
 def corpus_store(texts: Sequence[str], explorer=None, keep_tokens: bool = False) -> MemoryStore:
     """A :class:`retrieval.MemoryStore` over a corpus whose chunk encodings (at the head's ℓc) come from the
-    on-disk cache on first use; ``keep_tokens`` keeps the token states of that pass (for ``sparse``)."""
-    texts = list(texts)
-    parts: list | None = [] if keep_tokens else None
+    on-disk cache on first use; ``keep_tokens`` keeps the token states of that pass (for ``sparse``).
+    Without an explorer the store serves BM25 and dense only."""
+    if explorer is None:
+        return MemoryStore(texts)
 
-    def keys() -> torch.Tensor:
+    def encode(parts: list | None) -> torch.Tensor:
         c = explorer.head.config
         bar = tqdm(total=len(texts), desc="encode corpus", unit="passage")
-        out = cached_encode(explorer.backbone, texts, c.chunk_layer, c.n_pool, c.chunk_tokens,
+        out = cached_encode(explorer.backbone, list(texts), c.chunk_layer, c.n_pool, c.chunk_tokens,
                             progress=lambda d, t: bar.update(d - bar.n), token_parts=parts)
         bar.close()
-        return out
+        return out  # (M, L_p, d)
 
-    def tokens() -> list:
-        if parts is None:
-            raise ValueError("corpus_store(keep_tokens=False) holds no token states")
-        store.keys  # noqa: B018  (the encoding pass fills the token parts)
-        return parts
-
-    store = MemoryStore(texts, keys if explorer is not None else None, tokens)
-    return store
+    return MemoryStore.lazy(texts, encode, keep_tokens)
 
 
 def rankings(store, explorer, queries: Sequence[str], method: str, depth: int = 100,

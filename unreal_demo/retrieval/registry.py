@@ -95,18 +95,45 @@ class MemoryStore:
     Parameters
     ----------
     texts : the chunks.
-    keys : raw pooled chunk states ``(M, L_p, d)`` at ℓc, or a callable producing them on first use.
-    tokens : per-part ``(token states, lengths)`` for the sparse method, or a callable producing them.
+    keys : raw pooled chunk states ``(M, L_p, d)`` at ℓc (None: BM25 and dense only).
+    tokens : per-part ``(token states (ΣT_i, d), lengths (m,))`` for the sparse method.
+
+    See :meth:`lazy` for a store that encodes its chunks on first use.
     """
 
-    def __init__(self, texts: Sequence[str], keys: torch.Tensor | Callable[[], torch.Tensor] | None = None,
-                 tokens: list | Callable[[], list] | None = None) -> None:
+    def __init__(self, texts: Sequence[str], keys: torch.Tensor | None = None, tokens: list | None = None) -> None:
         self.texts = list(texts)
-        self._keys, self._tokens = keys, tokens
-        self._lock = threading.Lock()  # held while a callable computes the keys: concurrent requests encode once
+        self._keys: torch.Tensor | None = keys
+        self._tokens: list | None = tokens
+        self._encode: Callable[[], None] | None = None
+        self._lock = threading.Lock()  # held while the keys are computed: concurrent requests encode once
         self._normed: torch.Tensor | None = None
         self._dense: torch.Tensor | None = None
         self._bm25: BM25 | None = None
+
+    @classmethod
+    def lazy(cls, texts: Sequence[str], encode: Callable[[list | None], torch.Tensor],
+             keep_tokens: bool = True) -> MemoryStore:
+        """A store whose keys come from one call ``encode(token_parts)`` on first use (UNREAL, sparse).
+
+        ``token_parts`` is a list that ``encode`` fills with ``(token states (ΣT_i, d), lengths (m,))`` per
+        part of the same forward pass, or None when ``keep_tokens`` is false (sparse is then unavailable).
+        BM25 and dense never call it.
+        """
+        store = cls(texts)
+        parts: list | None = [] if keep_tokens else None
+
+        def run() -> None:
+            store._keys, store._tokens = encode(parts), parts
+
+        store._encode = run
+        return store
+
+    def _encoded(self) -> None:
+        with self._lock:
+            if self._encode is not None:
+                self._encode()
+                self._encode = None
 
     def __len__(self) -> int:
         return len(self.texts)
@@ -120,9 +147,7 @@ class MemoryStore:
     @property
     def keys(self) -> torch.Tensor:
         """Raw pooled chunk states ``(M, L_p, d)``."""
-        with self._lock:
-            if callable(self._keys):
-                self._keys = self._keys()
+        self._encoded()
         if self._keys is None:
             raise RetrievalError("this store holds no chunk encodings (UNREAL needs the model)")
         return self._keys
@@ -154,8 +179,7 @@ class MemoryStore:
                     alpha: float = 0.5) -> tuple[torch.Tensor, torch.Tensor]:
         from . import sparse
 
-        if callable(self._tokens):
-            self._tokens = self._tokens()
+        self._encoded()
         if self._tokens is None:
             raise RetrievalError("sparse needs the chunks' token states, which this store does not keep")
         local = torch.cat([sparse.sparse_scores(query_tokens[s : s + 128], self._tokens)

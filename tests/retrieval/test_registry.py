@@ -1,0 +1,71 @@
+"""The one store every method scores against: lazy encoding happens once, in one pass, on first use."""
+
+import threading
+
+import pytest
+import torch
+
+from unreal_demo.retrieval.registry import MemoryStore, RetrievalError, check
+
+TEXTS = ["Paris is in France.", "Bread is baked daily.", "France borders Spain."]
+
+
+class Encoder:
+    """A stand-in for a forward pass: counts its calls and fills the token parts like the real ones."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def __call__(self, parts: list | None) -> torch.Tensor:
+        self.calls += 1
+        if parts is not None:
+            parts.append((torch.ones(7, 4), torch.tensor([2, 2, 3])))  # (ΣT_i, d), (M,)
+        return torch.arange(3 * 2 * 4, dtype=torch.float).reshape(3, 2, 4)  # (M, L_p, d)
+
+
+class TestLazyStore:
+    def test_bm25_never_encodes(self):
+        enc = Encoder()
+        store = MemoryStore.lazy(TEXTS, enc)
+        assert store.bm25_topk(["France"], 2)[1].shape == (1, 2)
+        assert enc.calls == 0
+
+    def test_keys_and_tokens_come_from_one_pass(self):
+        enc = Encoder()
+        store = MemoryStore.lazy(TEXTS, enc)
+        assert store.keys.shape == (3, 2, 4)
+        (tokens, lengths), = store._tokens
+        assert tokens.shape == (7, 4) and lengths.tolist() == [2, 2, 3]
+        store.keys  # noqa: B018
+        assert enc.calls == 1
+
+    def test_concurrent_first_use_encodes_once(self):
+        enc = Encoder()
+        store = MemoryStore.lazy(TEXTS, enc)
+        threads = [threading.Thread(target=lambda: store.keys) for _ in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert enc.calls == 1
+
+    def test_without_token_states_sparse_says_so(self):
+        store = MemoryStore.lazy(TEXTS, Encoder(), keep_tokens=False)
+        with pytest.raises(RetrievalError, match="token states"):
+            store.sparse_topk([torch.ones(2, 4)], 1)
+
+    def test_a_store_without_keys_says_unreal_needs_the_model(self):
+        with pytest.raises(RetrievalError, match="needs the model"):
+            MemoryStore(TEXTS).keys  # noqa: B018
+
+    def test_scoring_keys_are_unit_norm_along_d(self):
+        store = MemoryStore.lazy(TEXTS, Encoder())
+        norms = store.scoring_keys(True).norm(dim=-1)  # (M, L_p)
+        torch.testing.assert_close(norms, torch.ones(3, 2))
+        assert torch.equal(store.scoring_keys(False), store.keys)
+
+
+def test_method_names_are_checked_per_scope():
+    assert check(["unreal", "bm25"], "document") == ["unreal", "bm25"]
+    with pytest.raises(RetrievalError, match="unknown method nope"):
+        check(["nope"], "document")
