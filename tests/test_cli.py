@@ -78,3 +78,83 @@ def test_bad_flags_are_one_line_before_any_model(capsys, args, match):
     assert main(args) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and match in err
+
+
+# --- what the commands print, on a tiny model saved as a folder (the real loading path) ---
+
+FACT = "The zebra code is 4417."
+TOWNS = ["Avalon", "Brindle", "Corvax", "Dunmore", "Elsworth", "Farrow", "Glenhaven", "Harrowgate", "Ivesby",
+         "Jarlton", "Kestrel", "Lunford"]
+FILLER = [f"This paragraph talks about the weather in {t}, which was mild and grey all week." for t in TOWNS]
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    from conftest import make_backbone
+
+    bb, out = make_backbone(), tmp_path_factory.mktemp("cli") / "tiny"
+    bb.model.save_pretrained(out)
+    bb.tokenizer.save_pretrained(out)
+    return out
+
+
+def _json_out(capsys, argv: list[str]):
+    import json
+
+    assert main(argv) == 0, capsys.readouterr().err
+    return json.loads(capsys.readouterr().out)
+
+
+@pytest.mark.parametrize("method", ["bm25", "unreal"])
+def test_ask_json_record(tmp_path, capsys, folder, method):
+    doc = tmp_path / "doc.txt"
+    doc.write_text(" ".join(FILLER[:6] + [FACT] + FILLER[6:]))
+    out = _json_out(capsys, ["ask", "--doc", str(doc), "--question", "What is the zebra code?", "--n", "2",
+                             "--method", method, "--max-new-tokens", "3", "--model", str(folder), "--json"])
+    assert out["method"] == method and out["head"] == "untrained" and len(out["selected"]) == 2
+    assert out["selected"] == sorted(out["selected"])  # document order (Eq. 5)
+    chunks, text = out["chunks"], doc.read_text()
+    assert chunks[0]["start"] == 0 and chunks[-1]["end"] == len(text)  # an exact cover, in order
+    assert all(a["end"] == b["start"] for a, b in zip(chunks, chunks[1:], strict=False))
+    rest = [c["score"] for i, c in enumerate(chunks) if i not in out["selected"]]
+    assert min(chunks[i]["score"] for i in out["selected"]) >= max(rest)  # the selection is the best scores
+    if method == "bm25":
+        assert any(FACT in text[chunks[i]["start"]:chunks[i]["end"]] for i in out["selected"])
+    else:
+        assert any("UNTRAINED" in n for n in out["notices"])
+    assert out["timings"]["total"] >= out["timings"]["first_token"] > 0 and out["prompt_tokens"] > 0
+
+
+def test_rank_prints_top_k_per_query(tmp_path, capsys, folder):
+    import json
+
+    passages = [{"id": f"p{i}", "text": t} for i, t in enumerate(FILLER + [FACT])]
+    (tmp_path / "p.jsonl").write_text("".join(json.dumps(p) + "\n" for p in passages))
+    (tmp_path / "q.jsonl").write_text(json.dumps({"id": "q1", "text": "zebra code"}) + "\n"
+                                      + json.dumps({"id": "q2", "text": "weather in Dunmore"}) + "\n")
+    out = _json_out(capsys, ["rank", "--passages", str(tmp_path / "p.jsonl"), "--queries", str(tmp_path / "q.jsonl"),
+                             "--method", "bm25", "--k", "3", "--model", str(folder)])
+    (q1, q2) = out["results"]
+    assert (q1["query"], q2["query"]) == ("q1", "q2") and [len(q1["hits"]), len(q2["hits"])] == [3, 3]
+    assert q1["hits"][0]["id"] == "p12" and q2["hits"][0]["id"] == "p3"
+    scores = [h["score"] for h in q1["hits"]]
+    assert scores == sorted(scores, reverse=True) and scores[0] > 0
+
+
+def test_flops_json_matches_the_library(capsys):
+    from unreal_demo.evaluation.flops import Setting, report, resolve_backbone
+
+    out = _json_out(capsys, ["flops", "--backbone", "qwen", "--n", "5", "--T", "32", "--json"])
+    ref = report(resolve_backbone("qwen", None), Setting(n=5, T=32, n_context=5, n_ret=64))
+    assert out["n_star"] == pytest.approx(ref["n_star"]) and out["n_star"] > 0
+    assert out["n_star_numeric"] == pytest.approx(ref["n_star_numeric"], rel=1e-6)
+
+
+def test_data_list_json_says_what_is_cached(capsys):
+    from unreal_demo.data.sources import SOURCES
+
+    rows = _json_out(capsys, ["data", "list", "--json"])
+    assert [r["source"] for r in rows] == list(SOURCES)
+    for r in rows:
+        assert r["cached"] == SOURCES[r["source"]].path.exists()
+        assert r["bytes on disk"] >= 0 and r["licence"]
