@@ -43,17 +43,21 @@ def main() -> int:
     args = parser.parse_args()
     try:
         loader = Loading(args.model, head=args.head, device=args.device, dtype=args.dtype,
-                         trust_remote_code=args.trust_remote_code).start()
+                         trust_remote_code=args.trust_remote_code)
     except UserError as exc:  # a missing or damaged head file: nothing to serve
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    print(f"UNREAL Explorer: serving at once; loading {args.model} in the background "
-          "(the page shows the progress; the first start converts the offline GGUF once) …", flush=True)
-    threading.Thread(target=_report, args=(loader,), daemon=True).start()
     from unreal_demo.ui.app import CSS, build_demo
 
-    build_demo(loader).launch(server_name=args.host, server_port=args.port, share=args.share, css=CSS,
-                              max_file_size="16mb")
+    demo = build_demo(loader)
+    demo.launch(server_name=args.host, server_port=args.port, share=args.share, css=CSS, max_file_size="16mb",
+                prevent_thread_lock=True)
+    # the model loads once the page is served (a load thread started earlier slows building the page)
+    print(f"UNREAL Explorer: serving; loading {args.model} in the background (the page shows the progress; "
+          "the first start converts the offline GGUF once) …", flush=True)
+    loader.start()
+    threading.Thread(target=_report, args=(loader,), daemon=True).start()
+    demo.block_thread()
     return 0
 
 

@@ -123,6 +123,10 @@ def test_wikipedia_search_and_answer(page, shots):
     tab.get_by_role("radio", name="bm25").check()
     tab.get_by_role("button", name="Search").click()
     tab.get_by_text("Passage 7: the item 7 weighs 21 kilograms.").first.wait_for(timeout=60_000)
+    assert tab.locator(".unreal-card u").count() >= 1  # BM25's matched terms in the top-5 hits
+    tab.get_by_role("radio", name="unreal").check()
+    tab.get_by_role("button", name="Search").click()
+    tab.locator(".unreal-card .unreal-seg").first.wait_for(timeout=60_000)  # UNREAL's pooled spans, shaded
     tab.get_by_role("button", name="Answer from the top 5").click()
     answer = tab.get_by_label("Answer (streamed)")
     page.wait_for_function("el => el.value.length > 0", arg=answer.element_handle(), timeout=60_000)

@@ -26,6 +26,8 @@ import torch
 
 from .backbone import Backbone
 
+MAX_TOKENS = 512  # a chunk is cut to this many tokens when encoded (index chunks are ~141 tokens)
+
 
 class _StopForward(Exception):
     """Raised by the hook on the last block needed, to skip every block above it."""
@@ -156,7 +158,7 @@ def encode_chunks(
     texts: Sequence[str],
     layer: int,
     n_pool: int = 7,
-    max_tokens: int = 512,
+    max_tokens: int = MAX_TOKENS,
     token_budget: int = 8192,
     progress: Callable[[int, int], None] | None = None,
     tokens_out: list[torch.Tensor] | None = None,
@@ -220,7 +222,7 @@ def cached_encode(
     texts: Sequence[str],
     layer: int,
     n_pool: int = 7,
-    max_tokens: int = 512,
+    max_tokens: int = MAX_TOKENS,
     part_size: int = 512,
     progress: Callable[[int, int], None] | None = None,
     token_parts: list[tuple[torch.Tensor, torch.Tensor]] | None = None,
@@ -260,7 +262,7 @@ def warm_cache(
     backbone: Backbone,
     texts: Sequence[str],
     settings: Sequence[tuple[int, int]],
-    max_tokens: int = 512,
+    max_tokens: int = MAX_TOKENS,
     part_size: int = 512,
     token_budget: int = 8192,
     progress: Callable[[int, int], None] | None = None,

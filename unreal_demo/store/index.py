@@ -310,6 +310,15 @@ class Index:
         keys, scale = self.keys(shard)
         return keys.float() if scale is None else keys.float() * scale.float()[..., None]
 
+    def chunk_vectors(self, ids: Sequence[int]) -> torch.Tensor:
+        """The keys ``(k, L_p, d)`` float32 of chunks ``ids`` (dequantised or decoded, like the scan reads them)."""
+        starts = np.cumsum([0] + [e["n"] for e in self.manifest["shards"]])
+        out = []
+        for i in ids:
+            n = int(np.searchsorted(starts, i, side="right")) - 1  # the shard holding chunk i
+            out.append(self.vectors(self.shards[n])[i - int(starts[n])])
+        return torch.stack(out) if out else torch.zeros(0, self.manifest["n_pool"], self.manifest["hidden_size"])
+
     def check_backbone(self, backbone: Backbone, layer: int) -> None:
         m = self.manifest
         if (m["model"], m["revision"], m["chunk_layer"]) != (backbone.name, backbone.revision, layer):
@@ -460,14 +469,28 @@ def default_index(explorer, corpus: str = "all") -> Path:
 
 def search(index: Index, explorer, query: str, k: int = 10, method: str = "unreal") -> dict:
     """Top-``k`` chunks for one query (:func:`retrieval.retrieve`): rank, chunk id, passage id, title, score
-    and text per hit, with timings split into BM25, query encoding and scan."""
+    and text per hit, with timings split into BM25, query encoding and scan.
+
+    For the methods that use the head's query vectors (unreal, the hybrids) each hit also carries
+    ``group_sims``: the ``G × L_p`` similarities ⟨q_g, k_{i,p}⟩ of Eq. 4 (summing each row's maximum over g
+    gives the chunk's MaxSim score), which the evidence view shades its pooled spans by.
+    """
+    from ..core.maxsim import normalize_chunks
     from ..retrieval.registry import canonical, retrieve
 
     method = canonical(method)
     found = retrieve(index, explorer, [query], k, method)
     ids, scores, timings = found.ids, found.scores, found.timings
     chunks = index.chunks
+    hits = [{"rank": r + 1, "id": i, "passage": chunks[i]["passage"], "title": chunks[i]["title"],
+             "score": round(float(s), 6), "text": chunks[i]["text"]}
+            for r, (i, s) in enumerate(zip(ids[0], scores[0], strict=True))]
+    if found.query_vectors is not None and hits:
+        keys = index.chunk_vectors([h["id"] for h in hits])  # (k, L_p, d)
+        if explorer.head.config.normalize:
+            keys = normalize_chunks(keys)
+        sims = torch.einsum("gd,kpd->kgp", found.query_vectors[0].float(), keys)  # (k, G, L_p)
+        for h, s in zip(hits, sims, strict=True):
+            h["group_sims"] = [[round(v, 5) for v in row] for row in s.tolist()]
     return {"query": query, "method": method, "timings": {k_: round(v, 5) for k_, v in timings.items()},
-            "hits": [{"rank": r + 1, "id": i, "passage": chunks[i]["passage"], "title": chunks[i]["title"],
-                      "score": round(float(s), 6), "text": chunks[i]["text"]}
-                     for r, (i, s) in enumerate(zip(ids[0], scores[0], strict=True))]}
+            "hits": hits}

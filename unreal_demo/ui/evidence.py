@@ -43,32 +43,53 @@ def _marked(text: str, terms: Sequence[tuple[int, int, str]], start: int, end: i
     return "".join(out)
 
 
+def _card(header: str, text: str, segments: Sequence[Segment] | None, terms: Sequence[tuple[int, int, str]],
+          low: float, high: float) -> str:
+    """One chunk's card: the header, then its text with UNREAL's shaded spans and BM25's underlined terms."""
+    body, at = [], 0
+    for s in segments or []:
+        if s.end <= at:
+            continue  # a span repeated for a chunk shorter than L_p tokens
+        tip = f"group {s.group + 1} · ⟨q_g, k_p⟩ = {s.score:.3f}"
+        body.append(f"<span class='unreal-seg' style='background:{_shade(s.score, low, high)}' "
+                    f"title='{tip}'>{_marked(text, terms, max(at, s.start), s.end)}</span>")
+        at = s.end
+    body.append(_marked(text, terms, at, len(text)))  # beyond the encoded prefix (or no spans): no key
+    return (f"<div class='unreal-card'><div class='unreal-card-head'>{header} · {len(terms)} BM25 term match(es)"
+            f"</div><div class='unreal-card-text'>{''.join(body)}</div></div>")
+
+
+def _range(segments: dict) -> tuple[float, float]:
+    shown = [s.score for spans in segments.values() for s in spans]
+    return (min(shown), max(shown)) if shown else (0.0, 1.0)
+
+
 def evidence_html(explorer: Explorer, ranking: Ranking, question: str, ranks: dict[int, int] | None = None) -> str:
     """One card per selected chunk (document order): its rank and score, then its text with the evidence."""
     if not ranking.selected or ranking.method == "full":
         return "<p class='unreal-placeholder'>No selection: full context reads every chunk.</p>"
-    segments = chunk_segments(explorer, ranking)
-    shown = [s.score for i in ranking.selected for s in segments.get(i, [])]
-    low, high = (min(shown), max(shown)) if shown else (0.0, 1.0)
+    segments = {i: s for i, s in chunk_segments(explorer, ranking).items() if i in ranking.selected}
+    low, high = _range(segments)
     cards = []
     for i in ranking.selected:
-        text = ranking.chunks[i].text
-        terms = bm25_terms(question, text)
         score = "" if ranking.scores is None else f" · score {ranking.scores[i]:.3f}"
         rank = f" · rank {ranks[i]}" if ranks and i in ranks else ""
-        body = []
-        if i in segments:
-            at = 0
-            for s in segments[i]:
-                if s.end <= at:
-                    continue  # a span repeated for a chunk shorter than L_p tokens
-                tip = f"group {s.group + 1} · ⟨q_g, k_p⟩ = {s.score:.3f}"
-                body.append(f"<span class='unreal-seg' style='background:{_shade(s.score, low, high)}' "
-                            f"title='{tip}'>{_marked(text, terms, max(at, s.start), s.end)}</span>")
-                at = s.end
-            body.append(_marked(text, terms, at, len(text)))  # beyond the encoded prefix: no key
-        else:
-            body.append(_marked(text, terms, 0, len(text)))
-        cards.append(f"<div class='unreal-card'><div class='unreal-card-head'>chunk {i}{rank}{score} · "
-                     f"{len(terms)} BM25 term match(es)</div><div class='unreal-card-text'>{''.join(body)}</div></div>")
+        text = ranking.chunks[i].text
+        cards.append(_card(f"chunk {i}{rank}{score}", text, segments.get(i), bm25_terms(question, text), low, high))
+    return LEGEND + "".join(cards)
+
+
+def hits_html(explorer: Explorer, hits: Sequence[dict], query: str, n_pool: int, max_tokens: int) -> str:
+    """Cards for index hits (:func:`store.index.search`), best first; UNREAL spans where a hit has ``group_sims``.
+
+    ``n_pool`` and ``max_tokens`` are the index's L_p and the token cut its chunks were encoded with.
+    """
+    if not hits:
+        return "<p class='unreal-placeholder'>No hits.</p>"
+    tok = explorer.backbone.tokenizer
+    segments = {h["rank"]: unreal_segments(segment_spans(tok, h["text"], n_pool, max_tokens), h["group_sims"])
+                for h in hits if "group_sims" in h}
+    low, high = _range(segments)
+    cards = [_card(f"{h['rank']}. {html.escape(h['title'])} · score {h['score']:.3f}", h["text"],
+                   segments.get(h["rank"]), bm25_terms(query, h["text"]), low, high) for h in hits]
     return LEGEND + "".join(cards)

@@ -11,6 +11,7 @@ import gradio as gr
 import pandas as pd
 import plotly.graph_objects as go
 
+from ...core.encoding import MAX_TOKENS
 from ...core.generation import prompt_ids, stream_answer
 from ...data.sources import load_corpus
 from ...errors import UserError
@@ -20,6 +21,7 @@ from ...retrieval.registry import names
 from ...settings import PRECOMPUTED, display_path
 from ...store import index as ix
 from .. import plots
+from ..evidence import hits_html
 from ..gpu import on_gpu
 from ..wiring import Ready
 
@@ -110,6 +112,10 @@ def build_tab(loader: Loading) -> Ready:
         table = gr.Dataframe(pd.DataFrame(columns=HIT_COLUMNS), wrap=True, label="chosen method")
         bm25_table = gr.Dataframe(pd.DataFrame(columns=[c for c in HIT_COLUMNS if c != "BM25 rank"]), wrap=True,
                                   label="BM25, same query")
+    with gr.Accordion("Evidence in the top 5 hits", open=True):
+        evidence = gr.HTML("<p class='unreal-placeholder'>After a search: the top 5 hits of the chosen method, "
+                           "UNREAL's pooled spans shaded by max_g ⟨q_g, k_p⟩ and BM25's matched terms "
+                           "underlined.</p>")
     answer_btn = gr.Button("Answer from the top 5", interactive=False)
     answer = gr.Textbox(label="Answer (streamed)", lines=3, placeholder="Search, then answer from the top 5 hits.")
     with gr.Accordion("Downstream QA: each retriever's top-5, same LLM (the paper's Table 1)", open=False):
@@ -167,8 +173,9 @@ def build_tab(loader: Loading) -> Ready:
         fig.update_layout(title=f"top {len(result['hits'])} by {m} — query {t.get('query_encoding', 0):.2f} s, "
                                 f"scan {t.get('scan', 0):.3f} s", height=300)
         bm25["hits"] = bm25["hits"][:k_]
+        shown = hits_html(loader.get(), result["hits"][:5], q, index.manifest["n_pool"], MAX_TOKENS)
         return (fig, _hits_table(result, bm25_rank), _hits_table(bm25, bm25_rank).drop(columns=["BM25 rank"]),
-                described[name])
+                described[name], shown)
 
     def do_answer(q: str, rows: pd.DataFrame):
         if rows is None or len(rows) == 0:
@@ -179,7 +186,7 @@ def build_tab(loader: Loading) -> Ready:
             yield gen.text
 
     load.click(open_index, corpus, status, api_name=False)
-    go_btn.click(on_gpu(do_search), [query, k, method, corpus], [chart, table, bm25_table, status],
+    go_btn.click(on_gpu(do_search), [query, k, method, corpus], [chart, table, bm25_table, status, evidence],
                  api_name="search")
     answer_btn.click(on_gpu(do_answer), [query, table], answer, api_name=False)
 
