@@ -1,8 +1,14 @@
-"""Take the README screenshot: start the app, run the needle example, capture the Long document tab.
+"""The README's screenshots: the real app on the offline default model, every tab driven as the browser test
+drives it (tests/ui/test_browser.py, which takes the same shots of the tiny-model app), saved to
+``assets/screenshots/<tab>.png``; ``assets/screenshot.png`` is the Long document tab.
 
-    python assets/screenshot.py   (needs `pip install playwright` and Debian's chromium)
+    python assets/screenshot.py   (Debian's chromium and playwright; the app's model and the shipped index)
 """
 
+from __future__ import annotations
+
+import re
+import shutil
 import subprocess
 import sys
 import time
@@ -12,31 +18,84 @@ from pathlib import Path
 from playwright.sync_api import sync_playwright
 
 PORT = 7899
-OUT = Path(__file__).parent / "screenshot.png"
+HERE = Path(__file__).parent
+OUT = HERE / "screenshots"
+QUESTION = "What is the secret ingredient of the best pizza in Oakland?"
+
+
+def tab(page, name: str):
+    page.get_by_role("tab", name=name).click()
+    return page.locator("[role=tabpanel]:visible").first
+
+
+def shoot(page, name: str) -> None:
+    page.screenshot(path=str(OUT / f"{name}.png"), full_page=True)
+    print(f"saved {OUT / name}.png", flush=True)
+
+
+def wait_answer(page, scope) -> None:
+    box = scope.get_by_label("Answer (streamed)").first
+    page.wait_for_function("el => el.value.length > 0", arg=box.element_handle(), timeout=300_000)
+    time.sleep(5)  # let the stream finish
 
 
 def main() -> None:
-    app = subprocess.Popen([sys.executable, "app.py", "--port", str(PORT)])
+    OUT.mkdir(exist_ok=True)
+    app = subprocess.Popen([sys.executable, str(HERE.parent / "app.py"), "--port", str(PORT)])
     try:
-        for _ in range(120):
+        for _ in range(300):
             try:
                 urllib.request.urlopen(f"http://127.0.0.1:{PORT}", timeout=1)
                 break
             except OSError:
                 time.sleep(1)
         with sync_playwright() as p:
-            browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=[
+            browser = p.chromium.launch(executable_path=shutil.which("chromium") or "/usr/bin/chromium", args=[
                 "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update"])
-            page = browser.new_page(viewport={"width": 1400, "height": 1700})
+            page = browser.new_page(viewport={"width": 1400, "height": 1600})
             page.goto(f"http://127.0.0.1:{PORT}")
-            page.get_by_text("Ready examples").wait_for()
-            doc = (Path(__file__).parent / "examples" / "needle_haystack.txt").read_text()
+            page.get_by_text("ready in").first.wait_for(timeout=300_000)
+
+            t = tab(page, "Long document")
+            doc = (HERE / "examples" / "needle_haystack.txt").read_text()
             page.get_by_placeholder("Paste a long document…").fill(doc)
-            page.locator("textarea").nth(1).fill("What is the secret ingredient of the best pizza in Oakland?")
+            page.get_by_label("Question").fill(QUESTION)
             page.get_by_role("button", name="Select evidence and answer").click()
-            time.sleep(60)  # encoding + streamed answer on CPU
-            page.screenshot(path=str(OUT), full_page=True)
+            page.locator(".unreal-card").first.wait_for(timeout=300_000)
+            wait_answer(page, t)
+            shoot(page, "long_document")
+            page.get_by_role("button", name="Compare methods", exact=True).click()
+            page.locator("a[href*='compare.json']").first.wait_for(timeout=600_000)
+            shoot(page, "compare")
+
+            t = tab(page, "Wikipedia")
+            t.get_by_label("Query", exact=True).fill("Who was the first president of the United States?")
+            t.get_by_role("button", name="Search").click()
+            t.locator(".unreal-card").first.wait_for(timeout=300_000)
+            t.get_by_role("button", name="Answer from the top 5").click()
+            wait_answer(page, t)
+            shoot(page, "wikipedia")
+
+            t = tab(page, "Top-n trade-off")
+            t.locator(".js-plotly-plot").first.wait_for(timeout=60_000)
+            shoot(page, "topn")
+
+            t = tab(page, "Intrinsic retrieval by layer")
+            t.get_by_label("Context").fill("Paris is the capital of France. " * 8 + "The fox jumps over the dog. " * 8)
+            t.get_by_label("Question").fill("What is the capital of France?")
+            t.get_by_role("button", name="Score every layer and head").click()
+            t.get_by_text("best rank").wait_for(timeout=300_000)
+            shoot(page, "intrinsic")
+
+            t = tab(page, "FLOPs & break-even")
+            t.get_by_text(re.compile(r"N\* =")).first.wait_for(timeout=60_000)
+            shoot(page, "flops")
+
+            t = tab(page, "About the head")
+            t.get_by_text("Head:").first.wait_for(timeout=60_000)
+            shoot(page, "about")
             browser.close()
+        shutil.copy(OUT / "long_document.png", HERE / "screenshot.png")
     finally:
         app.terminate()
 

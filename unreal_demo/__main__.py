@@ -55,6 +55,22 @@ def _eval(args: argparse.Namespace) -> None:
                                args.only.split(",") if args.only else None, args.seed)
         print(json.dumps(result) if args.json else result["markdown"])
         return
+    if args.what == "prompt":
+        from tqdm import tqdm
+
+        from .evaluation.prompts import check_prompts, run_prompt_choice
+        from .pipeline import Explorer
+
+        prompts = check_prompts(args.methods.split(",") if args.methods else None)  # before the model loads
+        explorer = Explorer.load(args.model, head=args.head)
+        bar = tqdm(unit="question")
+        result = run_prompt_choice(explorer, args.sample, prompts,
+                                   args.seed, args.out, progress=lambda m, d, t: (
+                                       bar.set_description(f"prompt {m}"), setattr(bar, "total", t),
+                                       bar.update(d - bar.n)))
+        bar.close()
+        print(json.dumps(result) if args.json else result["markdown"] + f"\nchosen: {result['chosen']}")
+        return
     if args.what == "intrinsic":
         from .pipeline import Explorer
         from .retrieval.intrinsic import run_intrinsic_eval
@@ -281,7 +297,9 @@ def build_parser() -> argparse.ArgumentParser:
     tr.set_defaults(func=_train)
 
     ev = sub.add_parser("eval", help="held-out evaluation on SQuAD-Shifts New-Wiki")
-    ev.add_argument("what", choices=["retrieval", "intrinsic", "ablations", "qa"])
+    ev.add_argument("what", choices=["retrieval", "intrinsic", "ablations", "qa", "prompt"],
+                    help="prompt: the answering prompts on SQuAD dev questions with their gold paragraph "
+                         "(--methods names the prompts)")
     ev.add_argument("--sample", type=int, default=500, help="number of held-out questions")
     ev.add_argument("--methods", default=None, help=f"retrieval: {','.join(retrieval.names('corpus'))} "
                     f"(--corpus index: {','.join(retrieval.names('index'))}); qa: none,oracle,"

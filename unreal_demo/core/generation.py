@@ -20,6 +20,32 @@ from .backbone import Backbone
 INSTRUCTION = "Answer the question using the context. Reply with a short answer only."
 
 
+@dataclass(frozen=True)
+class Prompt:
+    """An answering prompt: the instruction, and worked examples put before the real question as earlier
+    user → assistant turns of the chat (each ``(context, question, answer)``)."""
+
+    name: str
+    instruction: str = INSTRUCTION
+    shots: tuple[tuple[str, str, str], ...] = ()
+
+
+# Two SQuAD v1.1 dev questions (ids 56be4db0acb8001400a502ec and 56ddde6b9a695914005b9628; their articles,
+# Super Bowl 50 and Normans, are left out of the dev split that chooses the prompt) with a shortened context.
+SHOTS = (
+    ("Super Bowl 50 was an American football game to determine the champion of the National Football League (NFL) "
+     "for the 2015 season. The American Football Conference (AFC) champion Denver Broncos defeated the National "
+     "Football Conference (NFC) champion Carolina Panthers 24–10 to earn their third Super Bowl title.",
+     "Which NFL team represented the AFC at Super Bowl 50?", "Denver Broncos"),
+    ("The Normans were the people who in the 10th and 11th centuries gave their name to Normandy, a region in "
+     "France. They were descended from Norse raiders and pirates from Denmark, Iceland and Norway.",
+     "In what country is Normandy located?", "France"),
+)
+SHOT_ARTICLES = ("Super_Bowl_50", "Normans")
+PROMPTS = {p.name: p for p in (Prompt("instruction"), Prompt("two-shot", shots=SHOTS))}
+DEFAULT_PROMPT = "instruction"
+
+
 @dataclass
 class Generation:
     """A (partial) answer and its timings in seconds."""
@@ -30,17 +56,34 @@ class Generation:
     timings: dict = field(default_factory=dict)
 
 
-def prompt_ids(backbone: Backbone, passages: Sequence[str], question: str) -> list[int]:
-    """Token ids of the answering prompt: instruction, passages (in the order given), question."""
+def _user_turn(instruction: str, context: str, question: str) -> str:
+    return f"{instruction}\n\nContext:\n{context}\n\nQuestion: {question.strip()}" if context else \
+        f"{instruction}\n\nQuestion: {question.strip()}"
+
+
+def prompt_ids(backbone: Backbone, passages: Sequence[str], question: str, prompt: str = DEFAULT_PROMPT) -> list[int]:
+    """Token ids of the answering prompt: instruction, passages (in the order given), question.
+
+    ``prompt`` names one of :data:`PROMPTS`; a few-shot prompt puts its examples first as earlier turns
+    (chat models) or as earlier ``Answer:`` blocks (models without a chat template).
+
+    Raises
+    ------
+    KeyError
+        For an unknown prompt name.
+    """
+    spec = PROMPTS[prompt]
     context = "\n\n".join(p.strip() for p in passages if p.strip())
-    user = f"{INSTRUCTION}\n\nContext:\n{context}\n\nQuestion: {question.strip()}" if context else \
-        f"{INSTRUCTION}\n\nQuestion: {question.strip()}"
+    turns = [(_user_turn(spec.instruction, c, q), a) for c, q, a in spec.shots]
+    user = _user_turn(spec.instruction, context, question)
     tok = backbone.tokenizer
     if getattr(tok, "chat_template", None):
-        ids = tok.apply_chat_template([{"role": "user", "content": user}], add_generation_prompt=True,
+        messages = [m for u, a in turns for m in ({"role": "user", "content": u}, {"role": "assistant", "content": a})]
+        ids = tok.apply_chat_template(messages + [{"role": "user", "content": user}], add_generation_prompt=True,
                                       tokenize=True)
         return list(ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids)
-    return tok(f"{user}\nAnswer:", add_special_tokens=True)["input_ids"]
+    shots = "".join(f"{u}\nAnswer: {a}\n\n" for u, a in turns)
+    return tok(f"{shots}{user}\nAnswer:", add_special_tokens=True)["input_ids"]
 
 
 def fits_window(backbone: Backbone, n_prompt: int, max_new_tokens: int) -> bool:

@@ -46,12 +46,15 @@ def head_digest(head_path: Path | None) -> str | None:
 
 
 def provenance(explorer=None, argv: list[str] | None = None) -> dict:
-    """How a result was made: command, head path and digest, model and revision, date, schema."""
+    """How a result was made: command, head path and digest, model and revision, answering prompt, date, schema."""
+    from ..core.generation import DEFAULT_PROMPT
+
     record = {"schema": SCHEMA, "command": command(argv),
               "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")}
     if explorer is not None:
         record |= {"model": explorer.backbone.name, "revision": explorer.backbone.revision,
-                   "head": explorer.head_source, "head_digest": head_digest(explorer.head_path)}
+                   "head": explorer.head_source, "head_digest": head_digest(explorer.head_path),
+                   "prompt": DEFAULT_PROMPT}
     return record
 
 

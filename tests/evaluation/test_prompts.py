@@ -1,0 +1,73 @@
+"""The answering prompts (Eq. 7's template) and their choice on a dev split."""
+
+from __future__ import annotations
+
+import pytest
+
+from unreal_demo.core.generation import PROMPTS, SHOTS, prompt_ids
+from unreal_demo.core.head import untrained_head
+from unreal_demo.data.sources import Question
+from unreal_demo.evaluation import prompts
+from unreal_demo.pipeline import Explorer
+
+CONTEXT = "Item 5 weighs 15 kilograms."
+QUESTION = "How much does item 5 weigh?"
+
+
+class TestPromptIds:
+    def test_plain_model_prompt_puts_the_shots_first_and_the_question_last(self, tiny):
+        text = tiny.tokenizer.decode(prompt_ids(tiny, [CONTEXT], QUESTION, "two-shot"), skip_special_tokens=True)
+        positions = [text.index(q) for _, q, _ in SHOTS] + [text.index(QUESTION)]
+        assert positions == sorted(positions) and text.rstrip().endswith("Answer:")
+        for _, _, answer in SHOTS:
+            assert f"Answer: {answer}" in text
+
+    def test_instruction_prompt_has_no_examples(self, tiny):
+        text = tiny.tokenizer.decode(prompt_ids(tiny, [CONTEXT], QUESTION), skip_special_tokens=True)
+        assert all(q not in text for _, q, _ in SHOTS) and CONTEXT in text and QUESTION in text
+
+    def test_chat_model_gets_the_shots_as_earlier_turns(self, tiny):
+        chat = type(tiny)(model=tiny.model, tokenizer=tiny.tokenizer, name="chat", revision="r")
+        saved = getattr(chat.tokenizer, "chat_template", None)
+        chat.tokenizer.chat_template = ("{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}{% endfor %}"
+                                        "{% if add_generation_prompt %}<assistant>{% endif %}")
+        try:
+            text = chat.tokenizer.decode(prompt_ids(chat, [CONTEXT], QUESTION, "two-shot"))
+        finally:
+            chat.tokenizer.chat_template = saved
+        assert text.count("<user>") == 3 and text.count("<assistant>") == 3  # 2 shots answered + the open turn
+        assert f"<assistant>{SHOTS[0][2]}" in text and text.endswith("<assistant>")
+
+    def test_unknown_prompt(self, tiny):
+        with pytest.raises(KeyError):
+            prompt_ids(tiny, [CONTEXT], QUESTION, "nope")
+
+
+def test_choice_runs_every_prompt_on_the_same_dev_questions(tiny, tmp_path, monkeypatch):
+    monkeypatch.setenv("UNREAL_CACHE", str(tmp_path))
+    qs = [Question(f"q{i}", f"How much does item {i} weigh?", (f"{i * 3} kilograms",), f"p{i}", "T") for i in range(4)]
+    monkeypatch.setattr(prompts, "dev_questions",
+                        lambda sample, seed: (qs[:sample], {f"p{i}": f"Item {i} weighs {i * 3} kilograms."
+                                                            for i in range(4)}))
+    explorer = Explorer(tiny, untrained_head(tiny, n_ret=4, n_groups=2, chunk_layer=3), None)
+    result = prompts.run_prompt_choice(explorer, sample=3, out=tmp_path / "choice.json")
+    assert [r["prompt"] for r in result["table"]] == list(PROMPTS)
+    assert all(r["questions"] == 3 for r in result["table"])
+    few, plain = (next(r for r in result["table"] if r["prompt"] == n) for n in ("two-shot", "instruction"))
+    assert few["prompt_tokens"] > plain["prompt_tokens"] and few["shots"] == 2
+    best = max(result["table"], key=lambda r: (r["contained"], r["f1"][0]))
+    assert result["chosen"] == best["prompt"] and result["provenance"]["prompt"]
+    assert (tmp_path / "choice.json").exists()
+    with pytest.raises(Exception, match="unknown prompt nope"):
+        prompts.check_prompts(["nope"])
+
+
+def test_dev_questions_leave_out_the_shots_articles():
+    from unreal_demo.data.sources import SOURCES
+
+    if not SOURCES["squad_dev"].path.exists():
+        pytest.skip("SQuAD dev is not cached (python -m unreal_demo data fetch squad_dev)")
+    qs, gold = prompts.dev_questions(300, 0)
+    assert len(qs) == 300 and not {q.title for q in qs} & {"Super Bowl 50", "Normans"}
+    assert all(q.passage_id in gold for q in qs)
+    assert [q.id for q in prompts.dev_questions(300, 0)[0]] == [q.id for q in qs]  # seeded
