@@ -1,6 +1,6 @@
 """The README's screenshots: the real app on the offline default model, every tab driven as the browser test
 drives it (tests/ui/test_browser.py, which takes the same shots of the tiny-model app), saved to
-``assets/screenshots/<tab>.png``; ``assets/screenshot.png`` is the Long document tab.
+``assets/screenshots/<tab>.png`` (the README shows them).
 
     python assets/screenshot.py   (Debian's chromium and playwright; the app's model and the shipped index)
 """
@@ -95,7 +95,6 @@ def main() -> None:
             t.get_by_text("Head:").first.wait_for(timeout=60_000)
             shoot(page, "about")
             browser.close()
-        shutil.copy(OUT / "long_document.png", HERE / "screenshot.png")
     finally:
         app.terminate()
 
