@@ -134,7 +134,7 @@ def _bench(args: argparse.Namespace) -> None:
     if args.sample < 1:
         raise InputError("--sample must be at least 1")
     explorer = Explorer.load(args.model, head=args.head)
-    result = run_benchmark(explorer, args.sample, lengths, ns, methods, args.seed, args.out)
+    result = run_benchmark(explorer, args.sample, lengths, ns, methods, args.seed, args.out, args.distractors)
     print(json.dumps(result) if args.json else result["markdown"])
 
 
@@ -364,6 +364,9 @@ def build_parser() -> argparse.ArgumentParser:
     bn.add_argument("--lengths", default="2K,4K,8K,16K,32K,128K,1M", help="context lengths in tokens (2K = 2,000)")
     bn.add_argument("--n", default="1,2,3,5,8,10,15,20,30", help="numbers of selected chunks")
     bn.add_argument("--methods", default="unreal,bm25,full", help=retrieval.help_text("document"))
+    bn.add_argument("--distractors", choices=["pool", "same-topic"], default="pool",
+                    help="pool: distractors from the shared pool; same-topic: the gold's own article's other "
+                         "paragraphs and BM25's nearest pool passages next to it, then the pool")
     bn.add_argument("--seed", type=int, default=0)
     bn.add_argument("--out", default=None, help="write the JSON result here")
     bn.add_argument("--json", action="store_true")

@@ -86,6 +86,45 @@ class TestBuilder:
         assert parts == ["One two three. Four five six.", "Seven eight nine."]
 
 
+def same_topic(b: Builder) -> Builder:
+    """The same questions with hard distractors: three paragraphs "of the gold's article" and pool passage 5."""
+    items = [Item(i.id, i.question, i.answers, i.gold, i.depth,
+                  (f"Article {i.id} paragraph one mentions secrets. " * 6, b.pool[5],
+                   f"Article {i.id} paragraph two mentions numbers. " * 6,
+                   f"Article {i.id} paragraph three. " * 9)) for i in b.items]
+    return Builder(items, b.pool, words, word_offsets)
+
+
+class TestSameTopic:
+    @pytest.mark.parametrize("length", [150, 400, 3000])
+    def test_hard_distractors_sit_around_the_gold_once_each(self, length):
+        b = same_topic(builder())
+        for item in b.items:
+            ctx = b.context(item, length)
+            lo, hi = ctx.block
+            assert ctx.docs[ctx.gold_doc] == item.gold and lo <= ctx.gold_doc < hi
+            for doc in item.hard:
+                assert ctx.docs.count(doc) <= 1  # never twice, even the one the pool also holds
+            near = ctx.docs[lo:hi]
+            assert all(d in item.hard for d in near if d != item.gold)
+            if hi - lo > 2:  # the closest distractor is next to the gold
+                assert item.hard[0] in (ctx.docs[ctx.gold_doc - 1], ctx.docs[ctx.gold_doc + 1])
+            assert abs(sum(words(ctx.docs)) - length) <= 141 and ctx.tokens == sum(words(ctx.docs))
+
+    def test_short_contexts_are_mostly_hard(self):
+        b = same_topic(builder())
+        ctx = b.context(b.items[1], 150)
+        hard = [d for d in ctx.docs if d in b.items[1].hard]
+        assert len(hard) >= 2 and ctx.n_pool <= 1
+
+    def test_a_hard_passage_in_the_prefix_stays_in_place(self):
+        b = same_topic(builder())
+        ctx = b.context(b.items[0], 3000)
+        assert ctx.n_pool > 5 and ctx.docs.count(b.pool[5]) == 1
+        lo, hi = ctx.block
+        assert b.pool[5] not in ctx.docs[lo:hi]
+
+
 class TestSquadMetrics:
     """Known cases of SQuAD v1.1's official evaluate script."""
 
@@ -111,13 +150,16 @@ class TestRun:
         return Explorer(tiny, untrained_head(tiny, n_ret=8, n_groups=4, chunk_layer=3, n_context=1), None)
 
     @pytest.mark.parametrize("depth", [0.0, 0.5, 1.0])  # gold first, inside, after the cut tail
-    def test_keys_equal_direct_encoding(self, explorer, monkeypatch, tmp_path, depth):
+    @pytest.mark.parametrize("hard", [(), ("Same article, other paragraph. " * 5, "Another one here. " * 7)])
+    def test_keys_equal_direct_encoding(self, explorer, monkeypatch, tmp_path, depth, hard):
         monkeypatch.setenv("UNREAL_CACHE", str(tmp_path))
         monkeypatch.setattr(longcontext_eval, "BLOCK", 16)  # several blocks
         count, offsets = tokenizer_counters(explorer.backbone.tokenizer)
-        b = Builder([Item("0", "q?", ("1000",), GOLDS[0], depth)], build_pool(POOL_TEXTS, GOLDS, 0), count, offsets)
+        b = Builder([Item("0", "q?", ("1000",), GOLDS[0], depth, hard)], build_pool(POOL_TEXTS, GOLDS, 0), count,
+                    offsets)
         ctx = b.context(b.items[0], 1400)  # 1,400 tokens: the last pool passage is cut (a tail)
-        assert ctx.tail and (ctx.gold_doc > ctx.n_pool) == (depth == 1.0)
+        assert ctx.tail and (ctx.block[0] > ctx.n_pool) == (depth == 1.0)
+        assert ctx.block[1] - ctx.block[0] == 1 + len(hard)
         texts, doc_of, keys = ContextEncoder(b, explorer.backbone, explorer.head).keys(ctx)
         assert (texts, doc_of) == b.chunked(ctx)
         direct = explorer.store([explorer.chunk([t])[0] for t in texts]).keys
@@ -153,3 +195,39 @@ def test_plots_draw_both_methods_and_full_context():
     assert list(fig.data[0].y) == [0.1, 0.2, pytest.approx(0.3)]
     best = length_curve(table, "f1")
     assert [list(t.y) for t in best.data] == [[pytest.approx(0.3)], [pytest.approx(0.3)], [0.25]]
+
+
+class TestDescribePeak:
+    @staticmethod
+    def cell(n, f1, half, recall):
+        return {"method": "unreal", "length": 8000, "n": n, "questions": 60, "f1": (f1, f1 - half, f1 + half),
+                "em": f1, "em_ci": (f1 - half, f1 + half), "recall": recall, "label": "8K"}
+
+    def test_an_inverted_u_only_beyond_the_intervals(self):
+        from unreal_demo.evaluation.longcontext_run import describe_peak
+
+        table = [self.cell(1, 0.10, 0.03, 0.5), self.cell(5, 0.30, 0.03, 0.8), self.cell(20, 0.12, 0.03, 0.95)]
+        text = describe_peak(table, "unreal", 8000)
+        assert "highest at n = 5 (0.300" in text and "an inverted U" in text and "0.50 to 0.95" in text
+        wide = [self.cell(1, 0.10, 0.15, 0.5), self.cell(5, 0.30, 0.15, 0.8), self.cell(20, 0.12, 0.15, 0.95)]
+        assert "no peak within the 95% intervals" in describe_peak(wide, "unreal", 8000)
+
+    def test_a_monotone_curve_has_no_peak(self):
+        from unreal_demo.evaluation.longcontext_run import describe_peak
+
+        table = [self.cell(1, 0.30, 0.01, 0.5), self.cell(5, 0.20, 0.01, 0.8), self.cell(20, 0.10, 0.01, 0.9)]
+        text = describe_peak(table, "unreal", 8000, "em")
+        assert "highest at n = 1" in text and "no peak" in text
+        assert "fewer than two" in describe_peak(table[:1], "unreal", 8000)
+
+
+def test_hard_distractors_interleave_the_article_and_bm25_neighbours():
+    from unreal_demo.core.selection import BM25
+    from unreal_demo.evaluation.longcontext import hard_distractors
+
+    pool = ["Volcanoes erupt lava.", "The zebra has stripes.", "Zebra crossings help walkers.", "Bread rises."]
+    article = ["Zebras live in herds in Africa.", "The museum opened in 1901."]
+    out = hard_distractors("Where do zebras live?", article, BM25(pool), pool, k=2)
+    assert out[0] == article[0] and out[2] == article[1]  # the article first in BM25 order, pool neighbours between
+    assert set(out[1::2]) <= set(pool) and len(out) == len(set(out)) == 4
+    assert hard_distractors("zebra", [], BM25(pool), pool, k=2)[0] in pool[1:3]

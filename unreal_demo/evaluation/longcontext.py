@@ -10,6 +10,12 @@ distractor chunks are shared by every question (one encoding serves them all). T
 distractor is cut so that the context hits its length (in the model's tokens) within one
 chunk. Lengths are written 2K = 2,000 tokens, so "8K" plus the prompt fits an 8,192 window.
 
+Two settings of distractors (``distractors``): ``"pool"`` (above), and ``"same-topic"``, in which each
+question also has hard distractors placed around its gold paragraph, the closest next to it: the
+other paragraphs of the gold's own New-Wiki article and BM25's nearest pool passages to the question,
+interleaved in BM25 order. As many as fit the length come first; the pool prefix fills the rest, and a
+hard passage the prefix already holds stays where it is (never twice in one context).
+
 Example
 -------
 >>> parse_lengths("2K,8K,1M")
@@ -19,6 +25,7 @@ Example
 from __future__ import annotations
 
 import functools
+import itertools
 import random
 import re
 from collections.abc import Callable, Sequence
@@ -94,6 +101,7 @@ class Item:
     answers: tuple[str, ...]
     gold: str
     depth: float
+    hard: tuple[str, ...] = ()  # same-topic distractors, closest first (empty: the pool setting)
 
 
 @dataclass
@@ -105,6 +113,7 @@ class Context:
     tokens: int
     n_pool: int  # whole pool passages used (the next one, cut, is ``docs``' extra tail, if any)
     tail: str  # the cut pool passage ("" if none)
+    block: tuple[int, int] = (0, 0)  # docs[block[0]:block[1]]: the gold paragraph and its hard distractors
 
 
 class Builder:
@@ -131,24 +140,48 @@ class Builder:
             self._pool_tokens += self.count(self.pool[start : start + 256])
         return self._pool_tokens
 
-    def context(self, item: Item, length: int) -> Context:
-        """The documents of ``item``'s context at ``length`` tokens, gold placed at ``item.depth``."""
-        gold_tokens = self.count([item.gold])[0]
-        budget = max(0, length - gold_tokens)
+    def _prefix(self, budget: int) -> tuple[int, int]:
+        """Whole pool passages that fit ``budget`` tokens, and their tokens."""
         counts = self.pool_tokens(budget)
         used, total = 0, 0
         while used < len(counts) and total + counts[used] <= budget:
             total += counts[used]
             used += 1
+        return used, total
+
+    def context(self, item: Item, length: int) -> Context:
+        """The documents of ``item``'s context at ``length`` tokens, gold placed at ``item.depth``."""
+        gold_tokens = self.count([item.gold])[0]
+        budget = max(0, length - gold_tokens)
+        hard, spent = [], 0
+        for doc, n in zip(item.hard, self.count(list(item.hard)) if item.hard else [], strict=True):
+            if spent + n > budget:
+                break
+            hard, spent = hard + [doc], spent + n
+        position = self.positions
+        while True:  # a hard passage already in the pool prefix stays there; the freed tokens go to the prefix
+            used, total = self._prefix(budget - spent)
+            keep = [h for h in hard if position.get(h, used) >= used]
+            if len(keep) == len(hard):
+                break
+            hard = keep
+            spent = sum(self.count(hard)) if hard else 0
         docs, tail = list(self.pool[:used]), ""
-        left = budget - total
-        if used < len(self.pool) and left >= 16:  # cut the next passage to fill the budget
+        left = budget - spent - total
+        if used < len(self.pool) and left >= 16 and self.pool[used] not in hard:  # cut the next passage to fill
             cut = self.offsets(self.pool[used])[left - 1][1]
             tail = self.pool[used][:cut]
             docs.append(tail)
         at = round(item.depth * len(docs))
-        docs.insert(at, item.gold)
-        return Context(docs, at, gold_tokens + total + (self.count([tail])[0] if tail else 0), used, tail)
+        block = hard[1::2][::-1] + [item.gold] + hard[0::2]  # the closest distractors next to the gold
+        docs[at:at] = block
+        return Context(docs, at + len(hard[1::2]), gold_tokens + spent + total + (self.count([tail])[0] if tail else 0),
+                       used, tail, (at, at + len(block)))
+
+    @functools.cached_property
+    def positions(self) -> dict[str, int]:
+        """The first index of each pool passage."""
+        return {t: i for i, t in reversed(list(enumerate(self.pool)))}
 
     def chunks_of(self, doc: str) -> list[str]:
         """Sentence-aligned chunks of one document (memoised: pool passages recur in every context)."""
@@ -174,22 +207,60 @@ def gold_chunks(texts: Sequence[str], doc_of: Sequence[int], gold_doc: int, answ
     return hit or set(mine)
 
 
+DISTRACTORS = {"pool": "distractors from the shared pool only",
+               "same-topic": "the gold's own article's other paragraphs and BM25's nearest pool passages next to "
+                             "it, then the pool"}
+
+
+def hard_distractors(question: str, article: Sequence[str], pool_bm25, pool: Sequence[str], k: int = 8) -> tuple:
+    """Same-topic distractors of one question, closest first: the other paragraphs of its article (BM25 order
+    among themselves) interleaved with BM25's ``k`` nearest pool passages."""
+    from ..core.selection import BM25
+
+    own = []
+    if article:
+        scores = BM25(list(article)).scores([question])[0]
+        own = [article[i] for i in scores.argsort(descending=True).tolist()]
+    near = [pool[i] for i in pool_bm25.scores([question])[0].topk(min(k, len(pool))).indices.tolist()]
+    out = [d for pair in itertools.zip_longest(own, near) for d in pair if d is not None]
+    return tuple(dict.fromkeys(out))
+
+
 @functools.lru_cache(maxsize=4)
-def offline_builder(tokenizer, sample: int, seed: int = 0) -> Builder:
-    """The benchmark on the offline data: ``sample`` New-Wiki questions (seeded), depths, and the pool.
+def offline_builder(tokenizer, sample: int, seed: int = 0, distractors: str = "pool") -> Builder:
+    """The benchmark on the offline data: ``sample`` New-Wiki questions (seeded), depths, and the pool;
+    with ``distractors="same-topic"`` each question also gets its hard distractors (:func:`hard_distractors`).
 
     Memoised (with its chunk cache), so the app's live runs pay for the pool once.
+
+    Raises
+    ------
+    InputError
+        For an unknown distractor setting.
     """
     from ..core.chunking import tokenizer_counters
+    from ..core.selection import BM25
     from ..data.sources import load_essays, load_novel, load_squad, load_summaries
 
+    if distractors not in DISTRACTORS:
+        raise InputError(f"unknown distractor setting {distractors!r}; use {' or '.join(DISTRACTORS)}")
     paragraphs, questions = load_squad("new_wiki")
     text_of = {p.id: p.text for p in paragraphs}
     rng = random.Random(seed)
     chosen = rng.sample(questions, min(sample, len(questions)))
-    items = [Item(q.id, q.text, q.answers, text_of[q.passage_id], rng.random()) for q in chosen]
     raw = [p.text for p in load_summaries()]
     for long_text in [e.text for e in load_essays()] + [load_novel().text]:
         raw += split_passages(long_text)
     pool = build_pool(raw, [p.text for p in paragraphs], seed)
+    depths = [rng.random() for _ in chosen]
+    hard: list[tuple] = [()] * len(chosen)
+    if distractors == "same-topic":
+        by_title: dict[str, list[str]] = {}
+        for p in paragraphs:
+            by_title.setdefault(p.title, []).append(p.text)
+        pool_bm25 = BM25(pool)
+        hard = [hard_distractors(q.text, [t for t in by_title[q.title] if t != text_of[q.passage_id]], pool_bm25,
+                                 pool) for q in chosen]
+    items = [Item(q.id, q.text, q.answers, text_of[q.passage_id], d, h)
+             for q, d, h in zip(chosen, depths, hard, strict=True)]
     return Builder(items, pool, *tokenizer_counters(tokenizer))

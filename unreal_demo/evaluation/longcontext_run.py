@@ -68,17 +68,19 @@ class ContextEncoder:
     def keys(self, ctx: Context) -> tuple[list[str], list[int], torch.Tensor]:
         """Chunk texts, document index per chunk, and keys ``(M, L_p, d)`` of a context, in order.
 
-        A context is ``pool[:n_pool]`` (+ the cut tail) with the gold paragraph inserted at ``gold_doc``:
-        whole pool passages come from the shared blocks, the gold paragraph and the tail are encoded alone.
+        A context is ``pool[:n_pool]`` (+ the cut tail) with a block (the gold paragraph, and its hard
+        distractors in the same-topic setting) inserted: whole pool passages come from the shared blocks,
+        the block and the tail are encoded on their own (cached on disk by their texts).
         """
         texts, doc_of = self.builder.chunked(ctx)
         self._extend(ctx.n_pool + 1)
-        at = min(ctx.gold_doc, ctx.n_pool)  # pool passages before the gold one
-        gold = [self._encode(self.builder.chunks_of(ctx.docs[ctx.gold_doc]))]
+        lo, hi = ctx.block
+        at = min(lo, ctx.n_pool)  # pool passages before the block
+        block = [self._encode([c for d in ctx.docs[lo:hi] for c in self.builder.chunks_of(d)])]
         tail = [self._encode(self.builder.chunks_of(ctx.tail))] if ctx.tail else []
-        last = ctx.gold_doc > ctx.n_pool  # the gold paragraph follows the tail
-        parts = [self.pool_keys(0, self.start[at]), *([] if last else gold),
-                 self.pool_keys(self.start[at], self.start[ctx.n_pool]), *tail, *(gold if last else [])]
+        last = lo > ctx.n_pool  # the block follows the tail
+        parts = [self.pool_keys(0, self.start[at]), *([] if last else block),
+                 self.pool_keys(self.start[at], self.start[ctx.n_pool]), *tail, *(block if last else [])]
         return texts, doc_of, torch.cat(parts)
 
 
@@ -96,6 +98,7 @@ def summarize(rows: list[dict]) -> list[dict]:
             em = statistics.fmean(r["em"] for r in fit)
             row |= {"em": round(em, 4), "em_ci": wilson(em, len(fit)), "f1": mean_ci([r["f1"] for r in fit]),
                     "contained": round(statistics.fmean(r["contained"] for r in fit), 4),
+                    "contained_ci": wilson(statistics.fmean(r["contained"] for r in fit), len(fit)),
                     "recall": round(statistics.fmean(r["recall"] for r in fit), 4),
                     "prompt_tokens": round(statistics.fmean(r["prompt_tokens"] for r in fit))}
         out.append(row)
@@ -152,6 +155,36 @@ def _answer(backbone, answers: AnswerCache, item, texts: list[str], chosen: list
     return record | {"fits": True, "answer": text, "em": exact_match(text, item.answers),
                      "f1": f1(text, item.answers), "contained": contained(text, item.answers)}
 
+def _value(row: dict, metric: str) -> tuple[float, float, float]:
+    """``(mean, low, high)`` of ``metric`` ("f1", "em" or "contained") in a summary row."""
+    if metric == "f1":
+        return tuple(row["f1"])
+    low, high = row.get(f"{metric}_ci", (row[metric], row[metric]))
+    return row[metric], low, high
+
+
+def describe_peak(table: list[dict], method: str, length: int, metric: str = "f1") -> str:
+    """What the measured curve of ``method`` at ``length`` shows, in one or two sentences (for captions).
+
+    An inverted U is claimed only when the best n's 95% interval lies above the intervals of both the
+    smallest and the largest n; otherwise the text says there is no peak within the intervals.
+    """
+    cells = sorted((r for r in table if r["method"] == method and r["length"] == length and r["n"] is not None
+                    and metric in r), key=lambda r: r["n"])
+    name = {"unreal": "UNREAL", "bm25": "BM25"}.get(method, method)
+    if len(cells) < 2:
+        return f"{name} at {label(length)}: fewer than two n values measured."
+    vals = [_value(r, metric) for r in cells]
+    best = max(range(len(cells)), key=lambda i: vals[i][0])
+    (m, lo, hi), first, last = vals[best], vals[0], vals[-1]
+    shape = ("an inverted U: the peak's interval lies above both ends'" if 0 < best < len(cells) - 1
+             and lo > first[2] and lo > last[2] else "no peak within the 95% intervals")
+    return (f"{name} at {label(length)} ({cells[0]['questions']} questions per cell): {metric} is highest at "
+            f"n = {cells[best]['n']} ({m:.3f}, 95% CI {lo:.3f}–{hi:.3f}) against {first[0]:.3f} at n = "
+            f"{cells[0]['n']} and {last[0]:.3f} at n = {cells[-1]['n']}: {shape}. Evidence recall goes from "
+            f"{cells[0]['recall']:.2f} to {cells[-1]['recall']:.2f} over the same n.")
+
+
 def markdown(table: list[dict]) -> str:
     """Two tables: accuracy and recall against n per length, and each method's best n per length."""
     lengths = sorted({r["length"] for r in table})
@@ -181,15 +214,20 @@ def markdown(table: list[dict]) -> str:
 
 
 def run_benchmark(explorer, sample: int, lengths: Sequence[int], ns: Sequence[int], methods: Sequence[str],
-                  seed: int = 0, out: str | None = None, progress: Callable[[float, str], None] | None = None) -> dict:
-    """The benchmark on the offline data; the result (rows, summary, markdown, CPU time) optionally written."""
-    from .longcontext import offline_builder
+                  seed: int = 0, out: str | None = None, distractors: str = "pool",
+                  progress: Callable[[float, str], None] | None = None) -> dict:
+    """The benchmark on the offline data; the result (rows, summary, markdown, CPU time) optionally written.
+
+    ``distractors``: ``"pool"`` or ``"same-topic"`` (:data:`longcontext.DISTRACTORS`)."""
+    from .longcontext import DISTRACTORS, offline_builder
 
     t0 = time.perf_counter()
-    builder = offline_builder(explorer.backbone.tokenizer, sample, seed)
+    builder = offline_builder(explorer.backbone.tokenizer, sample, seed, distractors)
     result = run_longcontext(explorer, builder, lengths, ns, methods, progress)
     result |= {
-        "setting": f"{len(builder.items)} SQuAD-Shifts New-Wiki questions (seed {seed}); distractor pool "
+        "distractors": distractors,
+        "setting": f"{len(builder.items)} SQuAD-Shifts New-Wiki questions (seed {seed}); {DISTRACTORS[distractors]}; "
+                   "distractor pool "
                    f"{len(builder.pool):,} passages (Wikipedia summaries, Paul Graham essays, a Gutenberg novel); "
                    f"model {explorer.backbone.name}, head {explorer.head_source}; greedy, "
                    f"{MAX_NEW_TOKENS} new tokens",

@@ -8,7 +8,8 @@ import gradio as gr
 import pandas as pd
 
 from ...errors import UserError
-from ...evaluation.longcontext import label
+from ...evaluation.longcontext import DISTRACTORS, label
+from ...evaluation.longcontext_run import describe_peak
 from ...evaluation.results import head_mismatch
 from ...pipeline import Loading
 from ...settings import PRECOMPUTED
@@ -16,11 +17,10 @@ from .. import plots
 from ..gpu import on_gpu
 from ..wiring import Ready
 
-CAPTION = ("**What to look for.** With few chunks, accuracy is limited by evidence recall (dotted): the answer "
-           "is often not among the selected chunks. As n grows, recall saturates while every extra chunk is "
-           "another distractor the small model must read past, so accuracy rises, peaks and falls: the "
-           "inverted U. Full context (dashed line) is the limit of reading everything, and stops fitting the "
-           "window beyond 8K tokens.")
+CAPTION = ("**What to look for.** With few chunks accuracy is limited by evidence recall (dotted): the answer "
+           "may not be among the selected chunks; every extra chunk is also another distractor to read past. If "
+           "the second effect wins late, accuracy rises, peaks and falls (the inverted U). Full context (dashed) "
+           "reads everything and stops fitting the window beyond 8K tokens. **What these data show:** ")
 LIVE_NS = [1, 2, 3, 5, 8, 10, 15, 20, 30]
 
 
@@ -55,17 +55,20 @@ def build_tab(loader: Loading) -> Ready:
 
     def draw(length_label: str, metric_name: str, rows: list[dict]):
         chosen = next((x for x in sorted({r["length"] for r in rows}) if label(x) == length_label), None)
-        return (plots.topn_curve(rows, chosen or 0, metric_name), plots.length_curve(rows, metric_name))
+        shows = " ".join(describe_peak(rows, m, chosen, metric_name) for m in ("unreal", "bm25")) if chosen else \
+            "nothing measured yet."
+        return (plots.topn_curve(rows, chosen or 0, metric_name), plots.length_curve(rows, metric_name),
+                CAPTION + shows)
 
     first = draw(length.value, "f1", table)
     with gr.Row():
         topn = gr.Plot(first[0], label="accuracy against n")
         by_length = gr.Plot(first[1], label="accuracy against length")
-    gr.Markdown(CAPTION)
+    caption = gr.Markdown(first[2])
     frame = gr.Dataframe(summary_frame(table) if table else None, label="all cells (95% CIs in the JSON)")
     shown = gr.State(table)
     for comp in (length, metric):
-        comp.change(draw, [length, metric, shown], [topn, by_length], api_name=False)
+        comp.change(draw, [length, metric, shown], [topn, by_length, caption], api_name=False)
 
     gr.Markdown("### Live run\nRe-runs a small sample on this machine (chunk encodings and answers are cached, so "
                 "a repeat is fast; on 2 CPU cores one question at 2K with five n values takes about a minute).")
@@ -73,10 +76,12 @@ def build_tab(loader: Loading) -> Ready:
         live_length = gr.Dropdown(["2K", "4K", "8K", "16K"], value="2K", label="length")
         live_ns = gr.CheckboxGroup(LIVE_NS, value=[1, 3, 5, 10], label="n values")
         live_sample = gr.Slider(1, 5, value=1, step=1, label="questions")
+        live_distractors = gr.Radio(list(DISTRACTORS), value="pool", label="distractors",
+                                    info="; ".join(f"{k}: {v}" for k, v in DISTRACTORS.items()))
     go = gr.Button("Run live sample", variant="primary", interactive=False)
     status = gr.Markdown()
 
-    def live(length_label: str, ns: list[int], sample: int, metric_name: str,
+    def live(length_label: str, ns: list[int], sample: int, metric_name: str, distractors: str = "pool",
              progress=gr.Progress()):  # noqa: B008 (Gradio's idiom)
         from ...evaluation.longcontext import parse_lengths
         from ...evaluation.longcontext_run import run_benchmark
@@ -85,7 +90,8 @@ def build_tab(loader: Loading) -> Ready:
             raise gr.Error("pick at least one n")
         try:
             out = run_benchmark(loader.get(), int(sample), parse_lengths(length_label), sorted(int(n) for n in ns),
-                                ("unreal", "bm25", "full"), progress=lambda f, d: progress(f, desc=d))
+                                ("unreal", "bm25", "full"), distractors=distractors,
+                                progress=lambda f, d: progress(f, desc=d))
         except UserError as exc:
             raise gr.Error(str(exc)) from None
         rows = out["table"]
@@ -93,6 +99,6 @@ def build_tab(loader: Loading) -> Ready:
         note = f"Live: {out['setting']} — {out['wall_seconds']:.0f} s."
         return (*figs, summary_frame(rows), rows, note, gr.update(choices=[length_label], value=length_label))
 
-    go.click(on_gpu(live, 600), [live_length, live_ns, live_sample, metric],
-             [topn, by_length, frame, shown, status, length], api_name="topn", concurrency_limit=1)
+    go.click(on_gpu(live, 600), [live_length, live_ns, live_sample, metric, live_distractors],
+             [topn, by_length, caption, frame, shown, status, length], api_name="topn", concurrency_limit=1)
     return Ready(enable=[go])
