@@ -23,7 +23,7 @@ class TestPromptIds:
             assert f"Answer: {answer}" in text
 
     def test_instruction_prompt_has_no_examples(self, tiny):
-        text = tiny.tokenizer.decode(prompt_ids(tiny, [CONTEXT], QUESTION), skip_special_tokens=True)
+        text = tiny.tokenizer.decode(prompt_ids(tiny, [CONTEXT], QUESTION, "instruction"), skip_special_tokens=True)
         assert all(q not in text for _, q, _ in SHOTS) and CONTEXT in text and QUESTION in text
 
     def test_chat_model_gets_the_shots_as_earlier_turns(self, tiny):

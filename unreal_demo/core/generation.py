@@ -43,7 +43,7 @@ SHOTS = (
 )
 SHOT_ARTICLES = ("Super_Bowl_50", "Normans")
 PROMPTS = {p.name: p for p in (Prompt("instruction"), Prompt("two-shot", shots=SHOTS))}
-DEFAULT_PROMPT = "instruction"
+DEFAULT_PROMPT = "two-shot"  # chosen on SQuAD dev: precomputed/prompt_choice.json (python -m unreal_demo eval prompt)
 
 
 @dataclass

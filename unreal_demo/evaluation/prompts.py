@@ -82,4 +82,4 @@ def run_prompt_choice(explorer, sample: int = 200, prompts: Sequence[str] | None
                          f"each answered from its gold paragraph alone, greedy, {MAX_NEW_TOKENS} new tokens; model "
                          f"{explorer.backbone.name}",
               "chosen": best["prompt"], "table": table, "markdown": "\n".join(lines)}
-    return write_result(result, out, explorer)
+    return write_result(result, out, explorer, prompt="each row's own")

@@ -45,8 +45,9 @@ def head_digest(head_path: Path | None) -> str | None:
     return hashlib.sha256(weights.read_bytes()).hexdigest()[:16] if weights.exists() else None
 
 
-def provenance(explorer=None, argv: list[str] | None = None) -> dict:
-    """How a result was made: command, head path and digest, model and revision, answering prompt, date, schema."""
+def provenance(explorer=None, argv: list[str] | None = None, prompt: str | None = None) -> dict:
+    """How a result was made: command, head path and digest, model and revision, answering prompt (default
+    :data:`core.generation.DEFAULT_PROMPT`), date, schema."""
     from ..core.generation import DEFAULT_PROMPT
 
     record = {"schema": SCHEMA, "command": command(argv),
@@ -54,13 +55,13 @@ def provenance(explorer=None, argv: list[str] | None = None) -> dict:
     if explorer is not None:
         record |= {"model": explorer.backbone.name, "revision": explorer.backbone.revision,
                    "head": explorer.head_source, "head_digest": head_digest(explorer.head_path),
-                   "prompt": DEFAULT_PROMPT}
+                   "prompt": prompt or DEFAULT_PROMPT}
     return record
 
 
-def write_result(result: dict, out: str | Path | None, explorer=None) -> dict:
+def write_result(result: dict, out: str | Path | None, explorer=None, prompt: str | None = None) -> dict:
     """``result`` with its :func:`provenance`; written as JSON to ``out`` when given."""
-    result = result | {"provenance": provenance(explorer)}
+    result = result | {"provenance": provenance(explorer, prompt=prompt)}
     if out:
         Path(out).parent.mkdir(parents=True, exist_ok=True)
         Path(out).write_text(json.dumps(result, indent=2, ensure_ascii=False))
@@ -75,4 +76,9 @@ def head_mismatch(result: dict, explorer) -> str | None:
     if made["head_digest"] != head_digest(explorer.head_path):
         return (f"this result was made with head {made.get('head')} ({made['head_digest']}), not the loaded "
                 f"head {explorer.head_source}")
+    from ..core.generation import DEFAULT_PROMPT, PROMPTS
+
+    if made.get("prompt") in PROMPTS and made["prompt"] != DEFAULT_PROMPT:
+        return (f"this result's answers came from the {made['prompt']!r} prompt; the app now answers with "
+                f"{DEFAULT_PROMPT!r} (chosen on SQuAD dev, precomputed/prompt_choice.json)")
     return None
