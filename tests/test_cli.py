@@ -73,6 +73,11 @@ def test_flops_starts_from_the_shipped_head(capsys):
     (["eval", "qa", "--methods", "oracle,magic"], "unknown method magic"),
     (["bench", "longcontext", "--methods", "unreal,magic"], "unknown method magic"),
     (["bench", "longcontext", "--lengths", "2Q"], "cannot read length"),
+    (["eval", "prompt", "--methods", "nope"], "unknown prompt nope"),
+    (["eval", "prompt", "--sample", "0"], "must be at least 1"),
+    (["eval", "qa", "--k", "0"], "must be at least 1"),
+    (["index", "search", "--query", "q", "--k", "0"], "--k must be at least 1"),
+    (["rank", "--passages", "P", "--queries", "Q", "--k", "0"], "--k must be at least 1"),
 ])
 def test_bad_flags_are_one_line_before_any_model(capsys, args, match):
     assert main(args) == 2

@@ -48,6 +48,8 @@ def _train(args: argparse.Namespace) -> None:
 
 
 def _eval(args: argparse.Namespace) -> None:
+    if args.sample < 1 or args.k < 1 or args.steps < 1:
+        raise InputError("--sample, --k and --steps must be at least 1")
     if args.what == "ablations":
         from .evaluation.ablation import run_ablations
 
@@ -141,6 +143,8 @@ def _bench(args: argparse.Namespace) -> None:
 def _rank(args: argparse.Namespace) -> None:
     from .evaluation.retrieval import rank_jsonl
 
+    if args.k < 1:
+        raise InputError("--k must be at least 1")
     print(json.dumps(rank_jsonl(args.passages, args.queries, args.method, args.k, args.model, args.head)))
 
 
@@ -170,6 +174,8 @@ def _index(args: argparse.Namespace) -> None:
 
     if args.action == "search" and (not args.query or not args.query.strip()):
         raise InputError("the query is empty")
+    if args.k < 1:
+        raise InputError("--k must be at least 1")
     if args.action in ("build", "compress") and not args.out:
         raise InputError(f"index {args.action} needs --out DIR")
     if args.action == "compress":
