@@ -47,6 +47,21 @@ def _train(args: argparse.Namespace) -> None:
           f"{head.n_params():,} parameters, final loss {head.config.provenance['final_loss']}")
 
 
+def _servable(ix, methods: list[str], explicit: bool) -> list[str]:
+    """``methods`` the index can serve, checked before any work: a method asked for by name that it cannot
+    serve is an error; one from the default list is left out with a note."""
+    missing = ix.unsupported(methods)
+    if not missing:
+        return methods
+    flags = " ".join(sorted(set(missing.values())))
+    if explicit:
+        raise InputError(f"{display_path(ix.folder)} cannot serve {', '.join(missing)}: rebuild it with "
+                         f"`index build {flags}` or leave it out")
+    print(f"note: {display_path(ix.folder)} has no data for {', '.join(missing)} (built without {flags}); "
+          "left out", file=sys.stderr)
+    return [m for m in methods if m not in missing]
+
+
 def _eval(args: argparse.Namespace) -> None:
     if args.sample < 1 or args.k < 1 or args.steps < 1:
         raise InputError("--sample, --k and --steps must be at least 1")
@@ -91,9 +106,10 @@ def _eval(args: argparse.Namespace) -> None:
 
         methods = check_methods(args.methods.split(",") if args.methods else list(QA_METHODS))
         explorer = Explorer.load(args.model, head=args.head, require_head=True)
-        folder = args.index or index.default_index(explorer)
+        ix = index.Index(args.index or index.default_index(explorer), verify=False)
+        methods = _servable(ix, methods, bool(args.methods))
         bar = tqdm(unit="question")
-        result = run_qa_eval(explorer, index.Index(folder, verify=False), args.sample, methods, args.k, args.seed,
+        result = run_qa_eval(explorer, ix, args.sample, methods, args.k, args.seed,
                              args.out, progress=lambda m, d, t: (bar.set_description(f"qa {m}"),
                                                                  setattr(bar, "total", t), bar.update(d - bar.n)))
         bar.close()
@@ -107,6 +123,7 @@ def _eval(args: argparse.Namespace) -> None:
         methods = retrieval.check(args.methods.split(",") if args.methods else retrieval.names("index"), "index")
         explorer = Explorer.load(args.model, head=args.head, require_head=True)
         ix = index.Index(args.index or index.default_index(explorer), verify=False)
+        methods = _servable(ix, methods, bool(args.methods))
         result = run_index_retrieval_eval(explorer, ix, args.sample, methods, args.seed, args.out)
         print(json.dumps(result) if args.json else result["markdown"])
         return

@@ -216,3 +216,16 @@ def test_sharded_scan_over_two_processes_equals_one(tmp_path, tiny, k):
     scores, ids = torch.load(tmp_path / "o.pt")
     ref_s, ref_i = ix.maxsim_topk(q, k)
     assert torch.allclose(scores, ref_s, atol=1e-5) and torch.equal(ids, ref_i)
+
+
+def test_methods_an_index_cannot_serve_are_known_before_any_work(tmp_path, tiny, capsys):
+    from unreal_demo.__main__ import _servable
+    from unreal_demo.errors import InputError
+
+    build(tmp_path, tiny, dense=False)
+    ix = idx.Index(tmp_path / "ix")
+    assert ix.unsupported(["unreal", "bm25", "sparse", "dense"]) == {"sparse": "--token-states", "dense": "--dense"}
+    assert _servable(ix, ["bm25", "sparse", "unreal"], explicit=False) == ["bm25", "unreal"]
+    assert "no data for sparse" in capsys.readouterr().err
+    with pytest.raises(InputError, match="cannot serve sparse"):
+        _servable(ix, ["sparse"], explicit=True)

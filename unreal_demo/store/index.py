@@ -392,6 +392,13 @@ class Index:
 
         return self._stream_topk(k, q.shape[0], score, shards)
 
+    NEEDS = {"sparse": ("token_states", "--token-states"), "dense": ("dense", "--dense")}
+
+    def unsupported(self, methods: Sequence[str]) -> dict[str, str]:
+        """The methods among ``methods`` this index cannot serve, each with the build flag it lacks."""
+        return {m: flag for m in methods if m in self.NEEDS and not self.manifest.get(self.NEEDS[m][0])
+                for flag in [self.NEEDS[m][1]]}
+
     def _need(self, role: str, flag: str) -> None:
         if not self.manifest.get(role):
             raise IndexStoreError(f"{self.folder} was built without {role.replace('_', ' ')}; "
