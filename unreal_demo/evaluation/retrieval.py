@@ -48,12 +48,16 @@ def mrr_at_k(rankings: Sequence[Sequence[int]], gold: Sequence[set[int]], k: int
 
 
 def wilson(p: float, n: int, z: float = 1.96) -> tuple[float, float]:
-    """95% Wilson interval of a proportion ``p`` over ``n`` trials."""
+    """95% Wilson interval of a proportion ``p`` over ``n`` trials, within [0, 1].
+
+    >>> wilson(0.0, 20)
+    (0.0, 0.161)
+    """
     if n == 0:
         return (0.0, 1.0)
     centre = (p + z * z / (2 * n)) / (1 + z * z / n)
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return (round(centre - half, 3), round(centre + half, 3))
+    return (max(0.0, round(centre - half, 3)), min(1.0, round(centre + half, 3)))  # never "-0.0"
 
 
 def mean_ci(values: Sequence[float]) -> tuple[float, float, float]:
