@@ -310,9 +310,14 @@ class Index:
         keys, scale = self.keys(shard)
         return keys.float() if scale is None else keys.float() * scale.float()[..., None]
 
+    @functools.cached_property
+    def starts(self) -> np.ndarray:
+        """The first chunk id of each shard, and the number of chunks at the end ``(shards + 1,)``."""
+        return np.cumsum([0] + [e["n"] for e in self.manifest["shards"]])
+
     def chunk_vectors(self, ids: Sequence[int]) -> torch.Tensor:
         """The keys ``(k, L_p, d)`` float32 of chunks ``ids`` (dequantised or decoded, like the scan reads them)."""
-        starts = np.cumsum([0] + [e["n"] for e in self.manifest["shards"]])
+        starts = self.starts
         out = []
         for i in ids:
             n = int(np.searchsorted(starts, i, side="right")) - 1  # the shard holding chunk i
@@ -352,7 +357,7 @@ class Index:
         k = min(k, len(self))
         best_s = torch.full((b, k), -float("inf"))
         best_i = torch.zeros((b, k), dtype=torch.long)
-        starts = np.cumsum([0] + [e["n"] for e in self.manifest["shards"]])
+        starts = self.starts
         order = list(range(len(self.shards)) if shards is None else shards)
         workers = max(1, min(torch.get_num_threads(), len(order)))
         if self._pool is None and workers > 1:
@@ -399,14 +404,15 @@ class Index:
         return {m: flag for m in methods if m in self.NEEDS and not self.manifest.get(self.NEEDS[m][0])
                 for flag in [self.NEEDS[m][1]]}
 
-    def _need(self, role: str, flag: str) -> None:
+    def _need(self, method: str) -> None:
+        role, flag = self.NEEDS[method]
         if not self.manifest.get(role):
             raise IndexStoreError(f"{self.folder} was built without {role.replace('_', ' ')}; "
                                   f"rebuild it with `index build {flag}` to use this method")
 
     def dense_topk(self, qv: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Cosine of MiniLM query embeddings ``(B, 384)`` with the stored chunk embeddings, top-k."""
-        self._need("dense", "--dense")
+        self._need("dense")
 
         def score(sh: dict) -> torch.Tensor:
             vectors = torch.from_numpy(sh["dense"]).float()  # (n, 384), fp16 or int8 with a per-chunk scale
@@ -422,7 +428,7 @@ class Index:
         fused with the pooled cosine at weight ``alpha``; top-k chunks."""
         from ..retrieval import sparse
 
-        self._need("token_states", "--token-states")
+        self._need("sparse")
         parts = [(torch.from_numpy(sh["tokens"]), torch.from_numpy(sh["lengths"])) for sh in self.shards]
         local = sparse.sparse_scores(query_tokens, parts)  # (B, M)
         means = torch.cat([self.vectors(sh).mean(1) for sh in self.shards])  # (M, d)
