@@ -10,14 +10,18 @@ import argparse
 import os
 import sys
 import threading
+from typing import TYPE_CHECKING
 
-from unreal_demo.core.backbone import DEFAULT_MODEL
-from unreal_demo.errors import UserError
-from unreal_demo.pipeline import Loading
+from unreal_demo.ui.splash import Splash  # standard library only: the port serves before anything heavy imports
+
+if TYPE_CHECKING:
+    from unreal_demo.pipeline import Loading
 
 
 def _report(loader: Loading) -> None:
     """Print the loading's outcome on the console (the page shows it too)."""
+    from unreal_demo.errors import UserError
+
     try:
         loader.get()
         print(loader.status(), flush=True)
@@ -32,7 +36,7 @@ def _report(loader: Loading) -> None:
 def main() -> int:
     env = os.environ.get
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", default=env("UNREAL_MODEL", DEFAULT_MODEL))
+    parser.add_argument("--model", default=env("UNREAL_MODEL"), help="default: the offline SmolLM2-135M-Instruct")
     parser.add_argument("--head", default=env("UNREAL_HEAD"))
     parser.add_argument("--device", default=env("UNREAL_DEVICE"))
     parser.add_argument("--dtype", default=env("UNREAL_DTYPE"))
@@ -42,16 +46,38 @@ def main() -> int:
     parser.add_argument("--share", action="store_true")
     args = parser.parse_args()
     try:
+        splash = Splash(args.host, args.port)
+    except OSError as exc:
+        print(f"error: cannot serve on {args.host}:{args.port}: {exc}", file=sys.stderr)
+        return 2
+    print(f"UNREAL Explorer: starting on http://{args.host}:{args.port}/ (importing PyTorch and Gradio) …", flush=True)
+    splash.step("importing PyTorch and the UNREAL library")
+    from unreal_demo.core.backbone import DEFAULT_MODEL
+    from unreal_demo.errors import UserError
+    from unreal_demo.pipeline import Loading
+
+    args.model = args.model or DEFAULT_MODEL
+
+    try:
         loader = Loading(args.model, head=args.head, device=args.device, dtype=args.dtype,
                          trust_remote_code=args.trust_remote_code)
     except UserError as exc:  # a missing or damaged head file: nothing to serve
+        splash.fail(str(exc))
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    splash.step("importing Gradio and building the six tabs")
     from unreal_demo.ui.app import CSS, build_demo
 
     demo = build_demo(loader)
-    demo.launch(server_name=args.host, server_port=args.port, share=args.share, css=CSS, max_file_size="16mb",
-                prevent_thread_lock=True)
+    splash.hand_over()
+    try:
+        demo.launch(server_name=args.host, server_port=args.port, share=args.share, css=CSS,
+                    max_file_size="16mb", prevent_thread_lock=True)
+    except OSError as exc:  # the port was taken in the moment it changed hands
+        splash.fail(str(exc))
+        print(f"error: cannot serve on {args.host}:{args.port}: {exc}", file=sys.stderr)
+        return 2
+    splash.served()
     # the model loads once the page is served (a load thread started earlier slows building the page)
     print(f"UNREAL Explorer: serving; loading {args.model} in the background (the page shows the progress; "
           "the first start converts the offline GGUF once) …", flush=True)
