@@ -62,9 +62,21 @@ def _servable(ix, methods: list[str], explicit: bool) -> list[str]:
     return [m for m in methods if m not in missing]
 
 
+def _ints(text: str, flag: str) -> list[int]:
+    """A comma list of whole numbers ≥ 1 (``--k 1,3,5,10``), or a clear message."""
+    try:
+        values = [int(x) for x in text.split(",")]
+    except ValueError:
+        raise InputError(f"{flag} takes whole numbers separated by commas, e.g. 1,3,5,10 (got {text!r})") from None
+    if min(values) < 1:
+        raise InputError(f"{flag} must be at least 1 (got {text})")
+    return values
+
+
 def _eval(args: argparse.Namespace) -> None:
-    if args.sample < 1 or args.k < 1 or args.steps < 1:
-        raise InputError("--sample, --k and --steps must be at least 1")
+    ks = _ints(args.k, "--k")
+    if args.sample < 1 or args.steps < 1:
+        raise InputError("--sample and --steps must be at least 1")
     if args.what == "ablations":
         from .evaluation.ablation import run_ablations
 
@@ -109,7 +121,7 @@ def _eval(args: argparse.Namespace) -> None:
         ix = index.Index(args.index or index.default_index(explorer), verify=False)
         methods = _servable(ix, methods, bool(args.methods))
         bar = tqdm(unit="question")
-        result = run_qa_eval(explorer, ix, args.sample, methods, args.k, args.seed,
+        result = run_qa_eval(explorer, ix, args.sample, methods, ks, args.seed,
                              args.out, progress=lambda m, d, t: (bar.set_description(f"qa {m}"),
                                                                  setattr(bar, "total", t), bar.update(d - bar.n)))
         bar.close()
@@ -327,7 +339,7 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--methods", default=None, help=f"retrieval: {','.join(retrieval.names('corpus'))} "
                     f"(--corpus index: {','.join(retrieval.names('index'))}); qa: none,oracle,"
                     f"{','.join(retrieval.names('index'))} (default all)")
-    ev.add_argument("--k", type=int, default=5, help="qa: chunks retrieved per question")
+    ev.add_argument("--k", default="5", help="qa: chunks retrieved per question, a comma list (1,3,5,10)")
     ev.add_argument("--index", default=None, help="qa, retrieval --corpus index: index folder (default: the "
                     "full offline index)")
     ev.add_argument("--out", default=None, help="write the JSON result here")

@@ -73,11 +73,34 @@ def test_summary_by_hand():
         return [{"em": e, "f1": f, "contained": e, "recall": 1.0, "prompt_tokens": 10} for e, f in zip(em, f1,
                                                                                                       strict=True)]
 
-    table = qa_eval.summarize([{"method": "none", "seconds": 1, "rows": rows([0, 0], [0.0, 0.2])},
-                               {"method": "oracle", "seconds": 1, "rows": rows([1, 1], [1.0, 0.6])},
-                               {"method": "bm25", "seconds": 1, "rows": rows([1, 0], [0.5, 0.3])}])
-    by = {r["key"]: r for r in table}
-    assert by["bm25"]["f1"][0] == 0.4 and by["bm25"]["em"] == 0.5
-    assert by["bm25"]["f1_gap_closed"] == pytest.approx((0.4 - 0.1) / (0.8 - 0.1), abs=1e-4)
-    assert by["bm25"]["em_gap_closed"] == 0.5 and by["none"]["recall"] is None
-    assert "| BM25 (bm25s, stemmed) | 0.500 |" in qa_eval.markdown(table, 3)
+    table = qa_eval.summarize([{"method": "none", "k": 1, "seconds": 1, "rows": rows([0, 0], [0.0, 0.2])},
+                               {"method": "oracle", "k": 1, "seconds": 1, "rows": rows([1, 1], [1.0, 0.6])},
+                               {"method": "bm25", "k": 1, "seconds": 1, "rows": rows([1, 0], [0.5, 0.3])},
+                               {"method": "bm25", "k": 3, "seconds": 1, "rows": rows([1, 1], [0.8, 0.8])}])
+    by = {(r["key"], r["k"]): r for r in table}
+    assert set(by) == {("none", None), ("oracle", None), ("bm25", 1), ("bm25", 3)}
+    assert by["bm25", 1]["f1"][0] == 0.4 and by["bm25", 1]["em"] == 0.5
+    assert by["bm25", 1]["f1_gap_closed"] == pytest.approx((0.4 - 0.1) / (0.8 - 0.1), abs=1e-4)
+    assert by["bm25", 3]["f1_gap_closed"] == pytest.approx((0.8 - 0.1) / (0.8 - 0.1), abs=1e-4)
+    assert by["bm25", 1]["em_gap_closed"] == 0.5 and by["none", None]["recall"] is None
+    assert by["bm25", 1]["contained_ci"] == qa_eval.wilson(0.5, 2)
+    md = qa_eval.markdown(table)
+    assert "| BM25 (bm25s, stemmed) | 1 | 0.500 |" in md and "| BM25 (bm25s, stemmed) | 3 | 1.000 |" in md
+    assert "| no context (question alone) | — | 0.000 |" in md
+
+
+def test_several_k_in_one_run_bounds_once(setup, monkeypatch):
+    explorer, ix = setup
+    monkeypatch.setattr(qa_eval, "questions", lambda sample, seed: (QS[:sample], GOLD))
+    calls = []
+    real = qa_eval.run_method
+    monkeypatch.setattr(qa_eval, "run_method", lambda ix_, ex, m, qs, gold, k, *a, **kw: (
+        calls.append((m, k)), real(ix_, ex, m, qs, gold, k, *a, **kw))[1])
+    result = qa_eval.run_qa_eval(explorer, ix, 3, ["none", "oracle", "bm25"], ks=(1, 3))
+    assert calls == [("none", 1), ("oracle", 1), ("bm25", 1), ("bm25", 3)]
+    assert [(r["key"], r["k"]) for r in result["table"]] == [("none", None), ("oracle", None), ("bm25", 1),
+                                                             ("bm25", 3)]
+    assert all(len(x["chunks"]) == 3 for x in result["answers"]["bm25@3"])
+    assert result["k"] == [1, 3] and result["prompt"] == qa_eval.DEFAULT_PROMPT
+    with pytest.raises(qa_eval.UserError, match="at least 1"):
+        qa_eval.run_qa_eval(explorer, ix, 3, ["bm25"], ks=(0,))

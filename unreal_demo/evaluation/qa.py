@@ -9,7 +9,7 @@ token F1 against all gold answers (:mod:`squad_metrics`), "contained" (a gold an
 the reply) and evidence recall@k (a chunk of the gold paragraph among the k).
 
 Each method's per-question rows are cached on disk under a key of everything that determines them
-(index, head for UNREAL/hybrid, questions, k, decoding), so adding a method runs only that method,
+(index, head for UNREAL/hybrid, questions, k, prompt, decoding), so adding a method runs only that method,
 and answers are cached by prompt, so a killed run resumes.
 
 Example
@@ -28,7 +28,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from ..core.backbone import cache_dir
-from ..core.generation import prompt_ids
+from ..core.generation import DEFAULT_PROMPT, prompt_ids
 from ..data.sources import Question
 from ..errors import UserError
 from ..retrieval.registry import METHODS as RETRIEVERS
@@ -83,7 +83,8 @@ def questions(sample: int, seed: int) -> tuple[list[Question], dict[str, str]]:
 
 def _key(index: Index, explorer, method: str, qs: Sequence[Question], k: int) -> str:
     parts = [index.manifest["model"], index.manifest["revision"], index.manifest["chunks"],
-             index.manifest["tokens"], explorer.backbone.revision, method, k, MAX_NEW_TOKENS, [q.id for q in qs]]
+             index.manifest["tokens"], explorer.backbone.revision, method, k, MAX_NEW_TOKENS, DEFAULT_PROMPT,
+             [q.id for q in qs]]
     if RETRIEVERS.get(method) is not None and RETRIEVERS[method].model:
         parts.append(explorer.head.digest())
     return hashlib.sha1(json.dumps(parts).encode()).hexdigest()[:16]
@@ -94,6 +95,7 @@ def run_method(index: Index, explorer, method: str, qs: Sequence[Question], gold
                progress: Callable[[int, int], None] | None = None) -> dict:
     """Per-question rows (chunks, answer, EM, F1, contained, recall, template hash) of one method."""
     (method,) = check_methods([method])
+    k = 0 if method in BOUNDS else k  # the bounds do not retrieve
     path = cache_dir() / "qa" / f"{method}-{_key(index, explorer, method, qs, k)}.json"
     if path.exists():
         return json.loads(path.read_text())
@@ -126,55 +128,69 @@ def run_method(index: Index, explorer, method: str, qs: Sequence[Question], gold
 
 
 def summarize(results: Sequence[dict]) -> list[dict]:
-    """One table row per method: EM and F1 with 95% intervals, contained, recall@k, gap closed."""
-    by = {r["method"]: r for r in results}
-    means = {m: statistics.fmean(x["f1"] for x in r["rows"]) for m, r in by.items()}
-    ems = {m: statistics.fmean(x["em"] for x in r["rows"]) for m, r in by.items()}
+    """One table row per method and k: EM, F1 and "contained" with 95% intervals, recall@k, gap closed.
+
+    The bounds (``none``, ``oracle``) do not depend on k: one row each, ``k`` None; the gap closed is
+    measured against them at every k.
+    """
+    by = {(r["method"], r.get("k")): r for r in results}
+    bound = {m: r for (m, _), r in by.items() if m in BOUNDS}
+    f1s = {key: statistics.fmean(x["f1"] for x in r["rows"]) for key, r in by.items()}
+    ems = {key: statistics.fmean(x["em"] for x in r["rows"]) for key, r in by.items()}
     table = []
-    for m, r in by.items():
+    for (m, k), r in by.items():
         rows, n = r["rows"], len(r["rows"])
-        row = {"method": LABELS[m], "key": m, "questions": n, "em": round(ems[m], 4), "em_ci": wilson(ems[m], n),
-               "f1": mean_ci([x["f1"] for x in rows]),
-               "contained": round(statistics.fmean(x["contained"] for x in rows), 4),
+        held = statistics.fmean(x["contained"] for x in rows)
+        row = {"method": LABELS[m], "key": m, "k": None if m in BOUNDS else k, "questions": n,
+               "em": round(ems[m, k], 4), "em_ci": wilson(ems[m, k], n), "f1": mean_ci([x["f1"] for x in rows]),
+               "contained": round(held, 4), "contained_ci": wilson(held, n),
                "recall": None if m == "none" else round(statistics.fmean(x["recall"] for x in rows), 4),
                "prompt_tokens": round(statistics.fmean(x["prompt_tokens"] for x in rows)),
                "seconds": r["seconds"]}
-        if "none" in by and "oracle" in by:
-            row["f1_gap_closed"] = gap_closed(means[m], means["none"], means["oracle"])
-            row["em_gap_closed"] = gap_closed(ems[m], ems["none"], ems["oracle"])
+        if set(bound) == set(BOUNDS):
+            none, oracle = ((m2, bound[m2].get("k")) for m2 in BOUNDS)
+            row["f1_gap_closed"] = gap_closed(f1s[m, k], f1s[none], f1s[oracle])
+            row["em_gap_closed"] = gap_closed(ems[m, k], ems[none], ems[oracle])
         table.append(row)
     return table
 
 
-def markdown(table: Sequence[dict], k: int) -> str:
-    lines = [f"| method | EM | EM 95% CI | F1 | F1 95% CI | answer contained | evidence recall@{k} | "
-             "F1 gap closed |", "|---|---|---|---|---|---|---|---|"]
+def markdown(table: Sequence[dict]) -> str:
+    lines = ["| method | k | EM | F1 | F1 95% CI | answer contained | contained 95% CI | evidence recall@k | "
+             "F1 gap closed |", "|---|---|---|---|---|---|---|---|---|"]
     for r in table:
         rec = "—" if r["recall"] is None else f"{r['recall']:.2f}"
         gap = r.get("f1_gap_closed")
-        lines.append(f"| {r['method']} | {r['em']:.3f} | {r['em_ci'][0]:.2f}–{r['em_ci'][1]:.2f} | {r['f1'][0]:.3f} "
-                     f"| {r['f1'][1]:.2f}–{r['f1'][2]:.2f} | {r['contained']:.2f} | {rec} | "
+        lines.append(f"| {r['method']} | {r['k'] or '—'} | {r['em']:.3f} | {r['f1'][0]:.3f} "
+                     f"| {r['f1'][1]:.2f}–{r['f1'][2]:.2f} | {r['contained']:.3f} "
+                     f"| {r['contained_ci'][0]:.2f}–{r['contained_ci'][1]:.2f} | {rec} | "
                      f"{'—' if gap is None else f'{gap:.2f}'} |")
     return "\n".join(lines)
 
 
-def run_qa_eval(explorer, index: Index, sample: int = 100, methods: Sequence[str] = METHODS, k: int = 5,
-                seed: int = 0, out: str | Path | None = None,
+def run_qa_eval(explorer, index: Index, sample: int = 100, methods: Sequence[str] = METHODS,
+                ks: Sequence[int] = (5,), seed: int = 0, out: str | Path | None = None,
                 progress: Callable[[str, int, int], None] | None = None) -> dict:
-    """Every method on the same questions; the summary table (and the rows) as a dict."""
+    """Every method at every k on the same questions (the bounds once); the summary table as a dict."""
     methods = check_methods(methods)
+    if not ks or min(ks) < 1:
+        raise UserError(f"k must be at least 1 (got {', '.join(map(str, ks)) or 'none'})")
     index.check_backbone(explorer.backbone, explorer.head.config.chunk_layer)
     qs, gold_text = questions(sample, seed)
     answers = answer_cache()
+    runs = [(m, k) for m in methods if m in BOUNDS for k in ks[:1]] + [(m, k) for k in ks for m in methods
+                                                                       if m not in BOUNDS]
     results = [run_method(index, explorer, m, qs, gold_text, k, answers,
-                          None if progress is None else (lambda d, t, m=m: progress(m, d, t))) for m in methods]
+                          None if progress is None else (lambda d, t, m=m, k=k: progress(f"{m} k={k}", d, t)))
+               | {"k": k} for m, k in runs]
     table = summarize(results)
     result = {
-        "setting": f"{len(qs)} held-out SQuAD-Shifts New-Wiki questions (seed {seed}); top-{k} chunks from the "
-                   f"{index.manifest['chunks']:,}-chunk index ({index.manifest['passages']:,} passages); "
-                   f"greedy, {MAX_NEW_TOKENS} new tokens; model {explorer.backbone.name}; head {explorer.head_source}",
-        "k": k, "table": table, "markdown": markdown(table, k),
-        "answers": {r["method"]: [{"id": x["id"], "answer": x["answer"], "chunks": x["chunks"]} for x in r["rows"]]
-                    for r in results},
+        "setting": f"{len(qs)} held-out SQuAD-Shifts New-Wiki questions (seed {seed}); top-k chunks "
+                   f"(k = {', '.join(map(str, ks))}) from the {index.manifest['chunks']:,}-chunk index "
+                   f"({index.manifest['passages']:,} passages); prompt {DEFAULT_PROMPT}; greedy, "
+                   f"{MAX_NEW_TOKENS} new tokens; model {explorer.backbone.name}; head {explorer.head_source}",
+        "k": list(ks), "prompt": DEFAULT_PROMPT, "table": table, "markdown": markdown(table),
+        "answers": {f"{r['method']}@{r['k']}": [{"id": x["id"], "answer": x["answer"], "chunks": x["chunks"]}
+                                                for x in r["rows"]] for r in results},
     }
     return write_result(result, out, explorer)

@@ -149,6 +149,30 @@ def _metric(row: dict, metric: str) -> float | None:
     return value[0] if isinstance(value, (list, tuple)) else value
 
 
+def _interval(row: dict, metric: str) -> tuple[float, float] | None:
+    """The 95% interval of ``metric`` in a result row: ``(mean, low, high)`` or a ``<metric>_ci`` pair."""
+    value = row.get(metric)
+    if isinstance(value, (list, tuple)) and len(value) == 3:
+        return value[1], value[2]
+    ci = row.get(f"{metric}_ci")
+    return (ci[0], ci[1]) if ci else None
+
+
+def _rgba(colour: str, alpha: float) -> str:
+    r, g, b = (int(colour[i:i + 2], 16) for i in (1, 3, 5))
+    return f"rgba({r},{g},{b},{alpha})"
+
+
+def _band(fig: go.Figure, xs: Sequence[float], rows: Sequence[dict], metric: str, colour: str, name: str) -> None:
+    """Shade the 95% interval of ``metric`` over ``xs`` (nothing when the rows carry no interval)."""
+    spans = [_interval(r, metric) for r in rows]
+    if any(s is None for s in spans) or not spans:
+        return
+    fig.add_scatter(x=[*xs, *xs[::-1]], y=[s[1] for s in spans] + [s[0] for s in spans][::-1], fill="toself",
+                    fillcolor=_rgba(colour, 0.15), line={"width": 0}, hoverinfo="skip", showlegend=False,
+                    name=f"{name} 95% interval")
+
+
 def topn_curve(table: Sequence[dict], length: int, metric: str = "f1") -> go.Figure:
     """The inverted U: answer ``metric`` against n for UNREAL and BM25 at one length, evidence recall dashed."""
     fig = go.Figure()
@@ -158,8 +182,9 @@ def topn_curve(table: Sequence[dict], length: int, metric: str = "f1") -> go.Fig
         if not rows:
             continue
         name = "UNREAL" if method == "unreal" else "BM25"
+        _band(fig, [r["n"] for r in rows], rows, metric, colour, name)
         fig.add_scatter(x=[r["n"] for r in rows], y=[_metric(r, metric) for r in rows], mode="lines+markers",
-                        name=f"{name} {metric}", line={"color": colour})
+                        name=f"{name} {metric} (band: 95% interval)", line={"color": colour})
         fig.add_scatter(x=[r["n"] for r in rows], y=[r["recall"] for r in rows], mode="lines", yaxis="y2",
                         name=f"{name} evidence recall@n", line={"color": colour, "dash": "dot"})
     full = [r for r in table if r["method"] == "full" and r["length"] == length and metric in r]
@@ -191,6 +216,25 @@ def length_curve(table: Sequence[dict], metric: str = "f1") -> go.Figure:
     return fig.update_layout(title=f"Answer {metric} against context length", xaxis_type="log",
                              xaxis_title="context tokens", yaxis_title=metric, height=360,
                              margin={"t": 50, "b": 40}, legend={"orientation": "h", "y": -0.25})
+
+
+def qa_curves(table: Sequence[dict], metric: str = "contained") -> go.Figure:
+    """Downstream QA ``metric`` against k for each retriever, 95% bands; the two bounds as flat lines."""
+    fig = go.Figure()
+    colours = iter([ACCENT, "#3d5a80", "#17a398", "#f3a712", "#8e5572", "#5c946e"])
+    for key in dict.fromkeys(r["key"] for r in table if r.get("k")):
+        rows = sorted((r for r in table if r["key"] == key and r.get("k")), key=lambda r: r["k"])
+        xs, colour = [r["k"] for r in rows], next(colours, MUTED)
+        _band(fig, xs, rows, metric, colour, rows[0]["method"])
+        fig.add_scatter(x=xs, y=[_metric(r, metric) for r in rows], mode="lines+markers", name=rows[0]["method"],
+                        line={"color": colour})
+    for r in table:
+        if not r.get("k"):
+            fig.add_hline(y=_metric(r, metric), line_dash="dash", line_color=MUTED, annotation_text=r["method"])
+    return fig.update_layout(title=f"Downstream QA: answer {metric} against k (bands: 95% intervals)",
+                             xaxis_title="k (chunks from the index)", xaxis_type="log", yaxis_title=metric,
+                             yaxis_rangemode="tozero", height=380, margin={"t": 50, "b": 40},
+                             legend={"orientation": "h", "y": -0.25})
 
 
 def compare_methods(rankings: Sequence[Ranking]) -> go.Figure:

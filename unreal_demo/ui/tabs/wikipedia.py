@@ -15,6 +15,7 @@ from ...core.encoding import MAX_TOKENS
 from ...core.generation import prompt_ids, stream_answer
 from ...data.sources import load_corpus
 from ...errors import UserError
+from ...evaluation.qa import BOUNDS
 from ...evaluation.results import head_mismatch
 from ...pipeline import Explorer, Loading
 from ...retrieval.registry import names
@@ -45,17 +46,18 @@ def qa_panel(loader: Loading | None = None) -> None:
         gr.Markdown("No downstream QA result yet: run `python -m unreal_demo eval qa --out precomputed/qa.json`.")
         return
     data = json.loads(path.read_text())
-    table = pd.DataFrame([{"method": r["method"], "EM": r["em"], "F1": r["f1"][0],
+    # older results hold one k for the whole table; the bounds (no context, oracle) retrieve nothing
+    rows = [{"k": None if r.get("key") in BOUNDS else data["k"]} | r for r in data["table"]]
+    table = pd.DataFrame([{"method": r["method"], "k": r["k"], "EM": r["em"], "F1": r["f1"][0],
                            "F1 95% CI": f"{r['f1'][1]:.2f}–{r['f1'][2]:.2f}", "answer contained": r["contained"],
-                           f"evidence recall@{data['k']}": r["recall"], "F1 gap closed": r.get("f1_gap_closed")}
-                          for r in data["table"]])
+                           "evidence recall@k": r["recall"], "F1 gap closed": r.get("f1_gap_closed")}
+                          for r in rows])
     made = data.get("provenance", {})
     gr.Markdown(f"{data['setting']}\n\n`{made.get('command', data.get('command'))}`")
     if loader is not None and (warning := head_mismatch(data, loader)):
         gr.Markdown(f"⚠ {warning}", elem_classes=["unreal-notice"])
     gr.Dataframe(table)
-    gr.Plot(plots.metric_bars(table, ("EM", "F1", "answer contained"), "downstream QA, same LLM, top-k from each "
-                                                                      "retriever"))
+    gr.Plot(plots.qa_curves(rows))
     gr.Markdown("*What to look for:* the retrieval rows between the two bounds, no context and oracle; "
                 "“F1 gap closed” is the share of that gap each retriever closes. Evidence recall says how often "
                 "the gold paragraph was among the chunks at all.")
