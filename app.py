@@ -36,7 +36,8 @@ def _report(loader: Loading) -> None:
 def main() -> int:
     env = os.environ.get
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", default=env("UNREAL_MODEL"), help="default: the offline SmolLM2-135M-Instruct")
+    parser.add_argument("--model", default=env("UNREAL_MODEL"),
+                        help="a Hugging Face id or folder (default: the offline default model)")
     parser.add_argument("--head", default=env("UNREAL_HEAD"))
     parser.add_argument("--device", default=env("UNREAL_DEVICE"))
     parser.add_argument("--dtype", default=env("UNREAL_DTYPE"))
@@ -50,7 +51,8 @@ def main() -> int:
     except OSError as exc:
         print(f"error: cannot serve on {args.host}:{args.port}: {exc}", file=sys.stderr)
         return 2
-    print(f"UNREAL Explorer: starting on http://{args.host}:{args.port}/ (importing PyTorch and Gradio) …", flush=True)
+    print(f"UNREAL Explorer: starting on http://{args.host}:{splash.port}/ (importing PyTorch and Gradio) …",
+          flush=True)
     splash.step("importing PyTorch and the UNREAL library")
     from unreal_demo.core.backbone import DEFAULT_MODEL
     from unreal_demo.errors import UserError
@@ -71,11 +73,11 @@ def main() -> int:
     demo = build_demo(loader)
     splash.hand_over()
     try:
-        demo.launch(server_name=args.host, server_port=args.port, share=args.share, css=CSS,
+        demo.launch(server_name=args.host, server_port=splash.port, share=args.share, css=CSS,
                     max_file_size="16mb", prevent_thread_lock=True)
     except OSError as exc:  # the port was taken in the moment it changed hands
         splash.fail(str(exc))
-        print(f"error: cannot serve on {args.host}:{args.port}: {exc}", file=sys.stderr)
+        print(f"error: cannot serve on {args.host}:{splash.port}: {exc}", file=sys.stderr)
         return 2
     splash.served()
     # the model loads once the page is served (a load thread started earlier slows building the page)

@@ -7,10 +7,13 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 import urllib.error
 import urllib.request
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
+
+import httpx
 
 from unreal_demo.ui.splash import STATUS_PATH, Splash
 
@@ -26,12 +29,21 @@ def _get(port: int, path: str, data: bytes | None = None) -> tuple[int, bytes]:
 
 
 class _Real(BaseHTTPRequestHandler):
-    """Stands in for Gradio: echoes the method, path and body."""
+    """Stands in for Gradio: echoes the method, path and body; ``/stream`` sends two parts 1 s apart."""
 
     def log_message(self, *args: object) -> None:
         pass
 
     def _answer(self) -> None:
+        if self.path == "/stream":
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.end_headers()
+            self.wfile.write(b"data: one\n\n")
+            self.wfile.flush()
+            time.sleep(1.0)
+            self.wfile.write(b"data: two\n\n")
+            return
         body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
         out = json.dumps({"method": self.command, "path": self.path, "body": body.decode()}).encode()
         self.send_response(200)
@@ -83,17 +95,60 @@ class TestSplash:
             real.shutdown()
             real.server_close()
 
+    def test_config_outlasts_a_clients_read_timeout(self):
+        """gradio_client asks /config with httpx's default 5 s read timeout; the app serves 6.5 s later."""
+        splash = Splash("127.0.0.1", 0)
+        port, real = splash.port, None
+
+        def serve_late():
+            nonlocal real
+            time.sleep(6.5)
+            splash.hand_over()
+            real = HTTPServer(("127.0.0.1", port), _Real)
+            threading.Thread(target=real.serve_forever, daemon=True).start()
+            splash.served()
+
+        threading.Thread(target=serve_late, daemon=True).start()
+        try:
+            r = httpx.get(f"http://127.0.0.1:{port}/config")  # default timeouts, as gradio_client.Client
+            assert r.is_success and r.json() == {"method": "GET", "path": "/config", "body": ""}
+        finally:
+            time.sleep(0.1)
+            if real is not None:
+                real.shutdown()
+                real.server_close()
+
+    def test_a_stream_is_relayed_as_it_flows(self):
+        splash = Splash("127.0.0.1", 0)
+        splash.hand_over()
+        real = HTTPServer(("127.0.0.1", splash.port), _Real)
+        threading.Thread(target=real.serve_forever, daemon=True).start()
+        try:
+            splash.served()
+            t0 = time.monotonic()
+            with httpx.stream("GET", f"http://127.0.0.1:{splash.port}/stream", timeout=30) as r:
+                parts = [(time.monotonic() - t0, part) for part in r.iter_bytes() if part.strip()]
+        finally:
+            real.shutdown()
+            real.server_close()
+        assert b"".join(p for _, p in parts) == b"data: one\n\ndata: two\n\n"
+        assert len(parts) == 2 and parts[0][0] < parts[1][0] - 0.5  # the first part came before the second
+
     def test_failure_is_told_to_waiting_requests(self):
         splash = Splash("127.0.0.1", 0)
         got = {}
-        t = threading.Thread(target=lambda: got.__setitem__("r", _get(splash.port, "/config")))
+        t = threading.Thread(target=lambda: got.__setitem__("r", _get(splash.port, "/api/x")))
         t.start()
-        splash.fail("no head file at x.safetensors")
-        t.join(30)
-        code, body = got["r"]
-        assert code == 503 and b"no head file at x.safetensors" in body
-        assert json.loads(_get(splash.port, STATUS_PATH)[1])["error"] == "no head file at x.safetensors"
-        splash.close()
+        try:
+            time.sleep(0.2)
+            splash.fail("no head file at x.safetensors", linger=0.5)
+            t.join(30)
+            code, body = got["r"]
+            assert code == 503 and b"no head file at x.safetensors" in body
+            assert json.loads(_get(splash.port, STATUS_PATH)[1])["error"] == "no head file at x.safetensors"
+            assert json.loads(_get(splash.port, "/config")[1]) == {"error": "no head file at x.safetensors"}
+        finally:
+            splash.close()
 
 
 class TestAppStart:
