@@ -24,9 +24,25 @@ CAPTION = ("**What to look for.** With few chunks accuracy is limited by evidenc
 LIVE_NS = [1, 2, 3, 5, 8, 10, 15, 20, 30]
 
 
-def load_results() -> dict | None:
-    path = PRECOMPUTED / "longcontext.json"
+RESULTS = {"pool": "longcontext.json", "same-topic": "longcontext_same_topic.json"}  # in precomputed/, by setting
+
+
+def load_results(distractors: str = "pool") -> dict | None:
+    """The precomputed benchmark of one distractor setting (``bench longcontext --distractors …``), if any."""
+    path = PRECOMPUTED / RESULTS[distractors]
     return json.loads(path.read_text()) if path.exists() else None
+
+
+def describe_result(result: dict | None, distractors: str, loader: Loading) -> str:
+    """What the precomputed result is: its setting and command, and a warning if another head made it."""
+    if not result:
+        return (f"No precomputed results for {distractors} distractors yet: run `python -m unreal_demo bench "
+                f"longcontext --distractors {distractors} --out precomputed/{RESULTS[distractors]}` or use the "
+                "live run below.")
+    text = f"Precomputed: {result['setting']}. Command: `{result['command']}`."
+    if warning := head_mismatch(result, loader):
+        text += f"\n\n⚠ {warning}"
+    return text
 
 
 def summary_frame(table: list[dict]) -> pd.DataFrame:
@@ -38,20 +54,21 @@ def summary_frame(table: list[dict]) -> pd.DataFrame:
 
 
 def build_tab(loader: Loading) -> Ready:
-    result = load_results()
+    shipped = [k for k in RESULTS if load_results(k)] or ["pool"]
+    result = load_results(shipped[0])
     table = result["table"] if result else []
     lengths = sorted({r["length"] for r in table}) or [2000]
     gr.Markdown("Long prompts as retrieval (paper Section 4): each New-Wiki question's gold paragraph sits at a "
                 "fixed depth among real distractor text (Wikipedia summaries, essays, a novel); UNREAL and "
-                "BM25 select n chunks, the same LLM answers. " + (f"Precomputed: {result['setting']}. "
-                f"Command: `{result['command']}`." if result else "No precomputed results yet: run "
-                "`python -m unreal_demo bench longcontext` or use the live run below."))
-    if result and (warning := head_mismatch(result, loader)):
-        gr.Markdown(f"⚠ {warning}", elem_classes=["unreal-notice"])
+                "BM25 select n chunks, the same LLM answers. In the *same-topic* setting the distractors next "
+                "to the gold are its own article's other paragraphs and BM25's nearest pool passages.")
     with gr.Row():
+        setting = gr.Radio(shipped, value=shipped[0], label="distractors (precomputed)",
+                           info="; ".join(f"{k}: {v}" for k, v in DISTRACTORS.items() if k in shipped))
         length = gr.Dropdown([label(x) for x in lengths], value=label(min(lengths, key=lambda x: abs(x - 8000))),
                              label="context length")
         metric = gr.Radio(["f1", "em", "contained"], value="f1", label="answer metric")
+    about = gr.Markdown(describe_result(result, shipped[0], loader))
 
     def draw(length_label: str, metric_name: str, rows: list[dict]):
         chosen = next((x for x in sorted({r["length"] for r in rows}) if label(x) == length_label), None)
@@ -69,6 +86,17 @@ def build_tab(loader: Loading) -> Ready:
     shown = gr.State(table)
     for comp in (length, metric):
         comp.change(draw, [length, metric, shown], [topn, by_length, caption], api_name=False)
+
+    def show_setting(distractors: str, length_label: str, metric_name: str):
+        chosen = load_results(distractors)
+        rows = chosen["table"] if chosen else []
+        labels = [label(x) for x in sorted({r["length"] for r in rows})] or [length_label]
+        keep = length_label if length_label in labels else labels[0]
+        return (describe_result(chosen, distractors, loader), gr.update(choices=labels, value=keep),
+                *draw(keep, metric_name, rows), summary_frame(rows) if rows else None, rows)
+
+    setting.change(show_setting, [setting, length, metric], [about, length, topn, by_length, caption, frame, shown],
+                   api_name=False)
 
     gr.Markdown("### Live run\nRe-runs a small sample on this machine (chunk encodings and answers are cached, so "
                 "a repeat is fast; on 2 CPU cores one question at 2K with five n values takes about a minute).")
