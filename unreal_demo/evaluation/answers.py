@@ -1,30 +1,70 @@
-"""Greedy answers (Eq. 7) cached on disk by prompt, so a stopped evaluation resumes without re-answering."""
+"""Greedy answers (Eq. 7) cached on disk by prompt, so a stopped evaluation resumes without re-answering.
+
+Answers depend only on the model revision and the prompt's token ids, so the cache is valid on
+any machine: each benchmark's answers are also kept in the repository as a gzipped JSON-lines
+file under ``precomputed/answers/`` (:meth:`AnswerCache.export`), read before the local cache,
+so a run stopped on one machine continues on another without answering anything twice.
+
+Example
+-------
+>>> import tempfile
+>>> folder = Path(tempfile.mkdtemp())
+>>> cache = AnswerCache(folder / "answers.jsonl", shipped=folder / "shipped.jsonl.gz")
+>>> cache.known["k1"] = "Paris"
+>>> cache.export()
+1
+>>> AnswerCache(folder / "other.jsonl", shipped=folder / "shipped.jsonl.gz").known
+{'k1': 'Paris'}
+"""
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import json
 from pathlib import Path
 
+from ..core.backbone import cache_dir
 from ..core.generation import answer_ids
+from ..settings import PRECOMPUTED
 
 MAX_NEW_TOKENS = 16
+EXPORT_EVERY = 50  # new answers between two exports of a run that keeps its answers in the repository
+
+
+def _rows(lines: list[str]) -> dict[str, str]:
+    out = {}
+    for line in lines:
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:  # a line cut by a killed run
+            continue
+        out[row["key"]] = row["answer"]
+    return out
 
 
 class AnswerCache:
-    """Greedy answers keyed by (model revision, prompt ids), appended to a JSONL file as they come."""
+    """Greedy answers keyed by (model revision, prompt ids), appended to a JSONL file as they come.
 
-    def __init__(self, path: Path) -> None:
-        self.path = path
+    Parameters
+    ----------
+    path
+        The local cache (JSON lines, appended to).
+    shipped
+        A gzipped JSON-lines file of answers kept in the repository, read first (optional).
+    export_every
+        With ``shipped``: write it again after this many new answers (0: only on :meth:`export`).
+    """
+
+    def __init__(self, path: Path, shipped: Path | None = None, export_every: int = 0) -> None:
+        self.path, self.shipped, self.export_every, self.fresh = path, shipped, export_every, 0
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.known = {}
+        self.known: dict[str, str] = {}
+        if shipped is not None and shipped.exists():
+            with gzip.open(shipped, "rt", encoding="utf-8") as f:
+                self.known |= _rows(f.read().splitlines())
         if path.exists():
-            for line in path.read_text(encoding="utf-8").splitlines():
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError:  # a line cut by a killed run
-                    continue
-                self.known[row["key"]] = row["answer"]
+            self.known |= _rows(path.read_text(encoding="utf-8").splitlines())
 
     def get(self, backbone, ids: list[int]) -> str:
         key = hashlib.sha1(json.dumps([backbone.revision, MAX_NEW_TOKENS, ids]).encode()).hexdigest()
@@ -33,4 +73,33 @@ class AnswerCache:
             self.known[key] = text
             with self.path.open("a", encoding="utf-8") as f:
                 f.write(json.dumps({"key": key, "answer": text}) + "\n")
+            self.fresh += 1
+            if self.export_every and self.fresh >= self.export_every:
+                self.export()
         return self.known[key]
+
+    def export(self) -> int:
+        """Write every known answer to :attr:`shipped` (sorted, gzipped, reproducible); the count written."""
+        if self.shipped is None:
+            raise ValueError("this cache has no shipped file to export to")
+        self.shipped.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.shipped.with_suffix(".tmp")
+        with open(tmp, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as f:
+            f.write("".join(json.dumps({"key": k, "answer": self.known[k]}) + "\n"
+                            for k in sorted(self.known)).encode())
+        tmp.replace(self.shipped)
+        self.fresh = 0
+        return len(self.known)
+
+
+def answer_cache(name: str, keep: bool = False) -> AnswerCache:
+    """The answers of one benchmark (``"longcontext"``, ``"qa"``): ``<cache>/<name>/answers.jsonl`` over the
+    repository's ``precomputed/answers/<name>.jsonl.gz``; ``keep`` (a run writing into ``precomputed/``)
+    exports to the latter every :data:`EXPORT_EVERY` new answers and at the end."""
+    return AnswerCache(cache_dir() / name / "answers.jsonl", PRECOMPUTED / "answers" / f"{name}.jsonl.gz",
+                       EXPORT_EVERY if keep else 0)
+
+
+def keeps(out: str | Path | None) -> bool:
+    """Whether a result written to ``out`` is a precomputed one (its answers are then kept too)."""
+    return out is not None and Path(out).resolve().is_relative_to(PRECOMPUTED.resolve())

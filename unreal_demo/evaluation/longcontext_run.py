@@ -18,12 +18,11 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from ..core.backbone import cache_dir
 from ..core.encoding import cached_encode
 from ..core.generation import fits_window, prompt_ids
 from ..core.selection import select_top_n
 from ..retrieval.registry import METHODS, MemoryStore, all_scores, check
-from .answers import MAX_NEW_TOKENS, AnswerCache
+from .answers import MAX_NEW_TOKENS, AnswerCache, answer_cache, keeps
 from .longcontext import Builder, Context, gold_chunks, label
 from .metrics import contained, exact_match, f1
 from .results import write_result
@@ -107,12 +106,12 @@ def summarize(rows: list[dict]) -> list[dict]:
 
 def run_longcontext(explorer, builder: Builder, lengths: Sequence[int], ns: Sequence[int],
                     methods: Sequence[str] = ("unreal", "bm25", "full"),
-                    progress: Callable[[float, str], None] | None = None) -> dict:
+                    progress: Callable[[float, str], None] | None = None, answers: AnswerCache | None = None) -> dict:
     """Run every item at every length with every method; rows per answer plus the summary table."""
     methods = check(methods, "document")
     backbone, head = explorer.backbone, explorer.head
     encoder = ContextEncoder(builder, backbone, head)
-    answers = AnswerCache(cache_dir() / "longcontext" / "answers.jsonl")
+    answers = answers or answer_cache("longcontext")
     rows, seconds = [], {"encode": 0.0, "retrieval": 0.0, "generate": 0.0}
     jobs = [(item, length) for length in lengths for item in builder.items]
     for j, (item, length) in enumerate(jobs):
@@ -223,7 +222,10 @@ def run_benchmark(explorer, sample: int, lengths: Sequence[int], ns: Sequence[in
 
     t0 = time.perf_counter()
     builder = offline_builder(explorer.backbone.tokenizer, sample, seed, distractors)
-    result = run_longcontext(explorer, builder, lengths, ns, methods, progress)
+    answers = answer_cache("longcontext", keep=keeps(out))
+    result = run_longcontext(explorer, builder, lengths, ns, methods, progress, answers)
+    if answers.export_every:
+        answers.export()
     result |= {
         "distractors": distractors,
         "setting": f"{len(builder.items)} SQuAD-Shifts New-Wiki questions (seed {seed}); {DISTRACTORS[distractors]}; "

@@ -16,11 +16,10 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from ..core.backbone import cache_dir
 from ..core.generation import PROMPTS, SHOT_ARTICLES, prompt_ids
 from ..data.sources import load_squad
 from ..errors import UserError
-from .answers import MAX_NEW_TOKENS, AnswerCache
+from .answers import MAX_NEW_TOKENS, answer_cache
 from .metrics import contained, exact_match, f1
 from .results import write_result
 from .retrieval import mean_ci, wilson
@@ -55,7 +54,7 @@ def run_prompt_choice(explorer, sample: int = 200, prompts: Sequence[str] | None
     """
     names = check_prompts(prompts)
     qs, gold = dev_questions(sample, seed)
-    answers = AnswerCache(cache_dir() / "qa" / "answers.jsonl")
+    answers = answer_cache("qa")
     table = []
     for name in names:
         t0, rows = time.perf_counter(), []

@@ -34,7 +34,7 @@ from ..errors import UserError
 from ..retrieval.registry import METHODS as RETRIEVERS
 from ..retrieval.registry import canonical, names, retrieve
 from ..store.index import Index
-from .answers import MAX_NEW_TOKENS, AnswerCache
+from .answers import MAX_NEW_TOKENS, AnswerCache, answer_cache, keeps
 from .metrics import contained, exact_match, f1
 from .results import write_result
 from .retrieval import mean_ci, sample_questions, wilson
@@ -52,11 +52,6 @@ def check_methods(methods: Sequence[str]) -> list[str]:
     if bad:
         raise UserError(f"unknown method {', '.join(bad)}; use {', '.join(METHODS)}")
     return out
-
-
-def answer_cache() -> AnswerCache:
-    """The QA answers, cached by prompt in ``<cache>/qa/answers.jsonl``."""
-    return AnswerCache(cache_dir() / "qa" / "answers.jsonl")
 
 
 def gap_closed(score: float, none: float, oracle: float) -> float | None:
@@ -99,7 +94,7 @@ def run_method(index: Index, explorer, method: str, qs: Sequence[Question], gold
     path = cache_dir() / "qa" / f"{method}-{_key(index, explorer, method, qs, k)}.json"
     if path.exists():
         return json.loads(path.read_text())
-    answers = answers or answer_cache()
+    answers = answers or answer_cache("qa")
     chunks, t0 = index.chunks, time.perf_counter()
     if method in ("none", "oracle"):
         picked: list[list[int]] = [[] for _ in qs]
@@ -177,12 +172,14 @@ def run_qa_eval(explorer, index: Index, sample: int = 100, methods: Sequence[str
         raise UserError(f"k must be at least 1 (got {', '.join(map(str, ks)) or 'none'})")
     index.check_backbone(explorer.backbone, explorer.head.config.chunk_layer)
     qs, gold_text = questions(sample, seed)
-    answers = answer_cache()
+    answers = answer_cache("qa", keep=keeps(out))
     runs = [(m, k) for m in methods if m in BOUNDS for k in ks[:1]] + [(m, k) for k in ks for m in methods
                                                                        if m not in BOUNDS]
     results = [run_method(index, explorer, m, qs, gold_text, k, answers,
                           None if progress is None else (lambda d, t, m=m, k=k: progress(f"{m} k={k}", d, t)))
                | {"k": k} for m, k in runs]
+    if answers.export_every:
+        answers.export()
     table = summarize(results)
     result = {
         "setting": f"{len(qs)} held-out SQuAD-Shifts New-Wiki questions (seed {seed}); top-k chunks "

@@ -1,0 +1,48 @@
+"""The answer cache: keyed by model revision and prompt, resumable, kept in the repository across machines."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+from unreal_demo.evaluation import answers as ans
+from unreal_demo.settings import PRECOMPUTED
+
+
+class _Backbone:
+    revision = "rev-1"
+
+
+def test_a_shipped_file_answers_without_generating(tmp_path, monkeypatch):
+    calls = []
+    monkeypatch.setattr(ans, "answer_ids", lambda b, ids, n: calls.append(ids) or type("G", (), {"text": "Paris"}))
+    first = ans.AnswerCache(tmp_path / "a" / "answers.jsonl", tmp_path / "shipped.jsonl.gz", export_every=2)
+    assert first.get(_Backbone(), [1, 2]) == "Paris" and calls == [[1, 2]]
+    assert not (tmp_path / "shipped.jsonl.gz").exists()  # one new answer: not exported yet
+    first.get(_Backbone(), [3])
+    with gzip.open(tmp_path / "shipped.jsonl.gz", "rt") as f:
+        rows = [json.loads(line) for line in f]
+    assert len(rows) == 2 and rows == sorted(rows, key=lambda r: r["key"])
+    other_machine = ans.AnswerCache(tmp_path / "b" / "answers.jsonl", tmp_path / "shipped.jsonl.gz")
+    assert other_machine.get(_Backbone(), [1, 2]) == "Paris" and len(calls) == 2  # answered from the file
+
+
+def test_export_is_reproducible(tmp_path):
+    a = ans.AnswerCache(tmp_path / "x.jsonl", tmp_path / "s.jsonl.gz")
+    a.known = {"b": "2", "a": "1"}
+    a.export()
+    first = (tmp_path / "s.jsonl.gz").read_bytes()
+    a.export()
+    assert (tmp_path / "s.jsonl.gz").read_bytes() == first
+
+
+def test_only_precomputed_results_keep_their_answers(tmp_path):
+    assert ans.keeps(PRECOMPUTED / "longcontext.json")
+    assert not ans.keeps(tmp_path / "longcontext.json") and not ans.keeps(None)
+    assert ans.answer_cache("qa").export_every == 0
+    assert ans.answer_cache("qa", keep=True).shipped == PRECOMPUTED / "answers" / "qa.jsonl.gz"
+
+
+def test_a_cut_line_is_skipped(tmp_path):
+    (tmp_path / "answers.jsonl").write_text('{"key": "a", "answer": "1"}\n{"key": "b", "ans')
+    assert ans.AnswerCache(tmp_path / "answers.jsonl").known == {"a": "1"}
