@@ -86,3 +86,16 @@ def test_warm_cache_fills_every_setting_in_one_pass(tiny, monkeypatch, tmp_path)
     for (layer, n_pool), keys in cached.items():
         direct = encode_chunks(tiny, texts, layer, n_pool, 64)
         torch.testing.assert_close(keys, direct.half().float(), atol=1e-3, rtol=0)
+
+
+def test_caches_are_keyed_by_dtype_too(tiny, tmp_path, monkeypatch):
+    import copy
+    import dataclasses
+
+    monkeypatch.setenv("UNREAL_CACHE", str(tmp_path))
+    half = dataclasses.replace(tiny, model=copy.deepcopy(tiny.model).to(torch.bfloat16))
+    assert tiny.numerics == tiny.revision  # fp32 keys are what they always were
+    assert half.numerics == f"{tiny.revision}:bfloat16"
+    from unreal_demo.core.encoding import _cache_folder
+
+    assert _cache_folder(tiny, ["a"], 2, 7, 64) != _cache_folder(half, ["a"], 2, 7, 64)

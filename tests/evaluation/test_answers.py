@@ -10,7 +10,7 @@ from unreal_demo.settings import PRECOMPUTED
 
 
 class _Backbone:
-    revision = "rev-1"
+    numerics = "rev-1"
 
 
 def test_a_shipped_file_answers_without_generating(tmp_path, monkeypatch):

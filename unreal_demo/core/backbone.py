@@ -96,6 +96,12 @@ class Backbone:
         return next(self.model.parameters()).dtype
 
     @property
+    def numerics(self) -> str:
+        """What cached encodings and answers are keyed by: the revision, plus the dtype when not fp32
+        (a bf16 run must not reuse fp32 results; fp32 keys stay as they always were)."""
+        return self.revision if self.dtype == torch.float32 else f"{self.revision}:{str(self.dtype)[6:]}"
+
+    @property
     def sink_id(self) -> int:
         """A fixed token prepended to every sequence as attention sink and left out of pooling."""
         tok = self.tokenizer

@@ -205,7 +205,7 @@ def encode_chunks(
 def _cache_folder(backbone: Backbone, texts: Sequence[str], layer: int, n_pool: int, max_tokens: int):
     from .backbone import cache_dir
 
-    key = hashlib.sha1(json.dumps([backbone.revision, layer, n_pool, max_tokens, list(texts)]).encode())
+    key = hashlib.sha1(json.dumps([backbone.numerics, layer, n_pool, max_tokens, list(texts)]).encode())
     return cache_dir() / "encodings" / key.hexdigest()[:20]
 
 

@@ -1,6 +1,6 @@
 """Greedy answers (Eq. 7) cached on disk by prompt, so a stopped evaluation resumes without re-answering.
 
-Answers depend only on the model revision and the prompt's token ids, so the cache is valid on
+Answers depend only on the model revision (and dtype) and the prompt's token ids, so the cache is valid on
 any machine: each benchmark's answers are also kept in the repository as a gzipped JSON-lines
 file under ``precomputed/answers/`` (:meth:`AnswerCache.export`), read before the local cache,
 so a run stopped on one machine continues on another without answering anything twice.
@@ -44,7 +44,7 @@ def _rows(lines: list[str]) -> dict[str, str]:
 
 
 class AnswerCache:
-    """Greedy answers keyed by (model revision, prompt ids), appended to a JSONL file as they come.
+    """Greedy answers keyed by (model revision and dtype, prompt ids), appended to a JSONL file as they come.
 
     Parameters
     ----------
@@ -67,7 +67,7 @@ class AnswerCache:
             self.known |= _rows(path.read_text(encoding="utf-8").splitlines())
 
     def get(self, backbone, ids: list[int]) -> str:
-        key = hashlib.sha1(json.dumps([backbone.revision, MAX_NEW_TOKENS, ids]).encode()).hexdigest()
+        key = hashlib.sha1(json.dumps([backbone.numerics, MAX_NEW_TOKENS, ids]).encode()).hexdigest()
         if key not in self.known:
             text = answer_ids(backbone, ids, MAX_NEW_TOKENS).text
             self.known[key] = text

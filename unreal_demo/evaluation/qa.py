@@ -78,7 +78,7 @@ def questions(sample: int, seed: int) -> tuple[list[Question], dict[str, str]]:
 
 def _key(index: Index, explorer, method: str, qs: Sequence[Question], k: int) -> str:
     parts = [index.manifest["model"], index.manifest["revision"], index.manifest["chunks"],
-             index.manifest["tokens"], explorer.backbone.revision, method, k, MAX_NEW_TOKENS, DEFAULT_PROMPT,
+             index.manifest["tokens"], explorer.backbone.numerics, method, k, MAX_NEW_TOKENS, DEFAULT_PROMPT,
              [q.id for q in qs]]
     if RETRIEVERS.get(method) is not None and RETRIEVERS[method].model:
         parts.append(explorer.head.digest())
