@@ -96,6 +96,6 @@ def test_caches_are_keyed_by_dtype_too(tiny, tmp_path, monkeypatch):
     half = dataclasses.replace(tiny, model=copy.deepcopy(tiny.model).to(torch.bfloat16))
     assert tiny.numerics == tiny.revision  # fp32 keys are what they always were
     assert half.numerics == f"{tiny.revision}:bfloat16"
-    from unreal_demo.core.encoding import _cache_folder
+    from unreal_demo.core.encoding import cache_folder
 
-    assert _cache_folder(tiny, ["a"], 2, 7, 64) != _cache_folder(half, ["a"], 2, 7, 64)
+    assert cache_folder(tiny, ["a"], 2, 7, 64) != cache_folder(half, ["a"], 2, 7, 64)

@@ -21,6 +21,7 @@ import hashlib
 import json
 import threading
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 import torch
 
@@ -202,7 +203,8 @@ def encode_chunks(
     return out
 
 
-def _cache_folder(backbone: Backbone, texts: Sequence[str], layer: int, n_pool: int, max_tokens: int):
+def cache_folder(backbone: Backbone, texts: Sequence[str], layer: int, n_pool: int, max_tokens: int) -> Path:
+    """``<cache>/encodings/<key>``: the key hashes the model (and dtype), ℓc, L_p, chunk length and every text."""
     from .backbone import cache_dir
 
     key = hashlib.sha1(json.dumps([backbone.numerics, layer, n_pool, max_tokens, list(texts)]).encode())
@@ -236,7 +238,7 @@ def cached_encode(
     """
     from safetensors.torch import load_file
 
-    folder = _cache_folder(backbone, texts, layer, n_pool, max_tokens)
+    folder = cache_folder(backbone, texts, layer, n_pool, max_tokens)
     folder.mkdir(parents=True, exist_ok=True)
     parts = []
     for n, s in enumerate(range(0, len(texts), part_size)):
@@ -272,7 +274,7 @@ def warm_cache(
     The pass runs to the deepest ℓc asked for and pools the states of every ℓc with every L_p it
     is paired with, so an ℓc or L_p sweep costs one encoding instead of one per setting.
     """
-    folders = {st: _cache_folder(backbone, texts, st[0], st[1], max_tokens) for st in settings}
+    folders = {st: cache_folder(backbone, texts, st[0], st[1], max_tokens) for st in settings}
     for folder in folders.values():
         folder.mkdir(parents=True, exist_ok=True)
     layers = sorted({layer for layer, _ in settings})

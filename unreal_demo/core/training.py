@@ -42,7 +42,6 @@ from tqdm import tqdm
 from ..data.sources import SOURCES, SQUAD_FORMAT, Passage, Question, article_split
 from ..errors import UserError
 from .backbone import DEFAULT_MODEL, load_backbone
-from .encoding import cached_encode
 from .head import HeadConfig, QueryHead
 from .maxsim import maxsim_reference, normalize_chunks
 from .selection import BM25
@@ -176,6 +175,15 @@ def _split(cfg: TrainConfig) -> list[tuple[list[Passage], list[Question]]]:
     return out
 
 
+def _keys(cfg: TrainConfig, backbone, texts: list[str], progress=None) -> torch.Tensor:
+    """Chunk keys at ℓc: local cache, else the repository's compressed copy of a shipped run's keys."""
+    from ..settings import PRECOMPUTED
+    from ..store.shipped_keys import training_keys
+
+    keep = output_folder(cfg).resolve().is_relative_to(PRECOMPUTED.resolve())
+    return training_keys(backbone, texts, cfg.chunk_layer, cfg.n_pool, cfg.chunk_tokens, keep, progress)
+
+
 def prepare(cfg: TrainConfig, backbone) -> dict:
     """Train split, BM25 contexts C0 and hard negatives (each source's own pool), cached chunk embeddings."""
     corpus, train_q = train_split(cfg)
@@ -194,8 +202,7 @@ def prepare(cfg: TrainConfig, backbone) -> dict:
                           strict=True):
             negatives[i] = [pool[j] for j in row]
     bar = tqdm(total=len(corpus), desc="encode chunks", unit="chunk")
-    keys = cached_encode(backbone, [p.text for p in corpus], cfg.chunk_layer, cfg.n_pool, cfg.chunk_tokens,
-                         progress=lambda done, total: bar.update(done - bar.n))
+    keys = _keys(cfg, backbone, [p.text for p in corpus], progress=lambda done, total: bar.update(done - bar.n))
     bar.close()
     return {"questions": train_q, "contexts": contexts,
             "oracle": [where[q.passage_id] for q in train_q], "negatives": negatives,
@@ -210,7 +217,7 @@ def prepare_dev(cfg: TrainConfig, backbone) -> dict | None:
     dev_q = random.Random(cfg.seed).sample(dev_q, min(cfg.dev_sample, len(dev_q)))
     bm25 = BM25([p.text for p in corpus])
     ctx_ids, _ = bm25.search([q.text for q in dev_q], k=cfg.n_context) if cfg.n_context else (None, None)
-    keys = cached_encode(backbone, [p.text for p in corpus], cfg.chunk_layer, cfg.n_pool, cfg.chunk_tokens)
+    keys = _keys(cfg, backbone, [p.text for p in corpus])
     where = {p.id: i for i, p in enumerate(corpus)}
     return {"questions": [q.text for q in dev_q], "gold": torch.tensor([where[q.passage_id] for q in dev_q]),
             "contexts": [[corpus[j].text for j in ctx_ids[i]] if cfg.n_context else [] for i in range(len(dev_q))],
