@@ -170,3 +170,48 @@ def test_about_tables_render(page, shots):
     tab.get_by_text("Head:").first.wait_for(timeout=30_000)
     assert tab.locator("table, [role=grid]").count() >= 1
     shoot(page, shots, "about")
+
+
+def test_the_start_up_page_turns_into_the_app(tmp_path):
+    """The page served while Gradio imports lists the steps, then reloads into the app once it answers."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, HTTPServer
+
+    from unreal_demo.ui.splash import Splash
+
+    class App(BaseHTTPRequestHandler):  # stands in for Gradio: a page and a config with components
+        def log_message(self, *args):
+            pass
+
+        def do_GET(self):
+            body = b'{"components": []}' if self.path.startswith("/config") else b"<h1>the real app</h1>"
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    splash = Splash("127.0.0.1", 0)
+    splash.step("importing Gradio and building the six tabs")
+    servers = []
+
+    def serve_later():
+        splash.hand_over()
+        servers.append(HTTPServer(("127.0.0.1", splash.port), App))
+        threading.Thread(target=servers[0].serve_forever, daemon=True).start()
+        splash.served()
+
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=[
+            "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-background-networking"])
+        try:
+            page = browser.new_page()
+            page.goto(f"http://127.0.0.1:{splash.port}/")
+            page.get_by_text("importing Gradio and building the six tabs").wait_for(timeout=10_000)
+            page.screenshot(path=str(tmp_path / "starting.png"))
+            threading.Timer(1.0, serve_later).start()
+            page.get_by_text("the real app").wait_for(timeout=30_000)  # reloaded by itself
+        finally:
+            browser.close()
+            for s in servers:
+                s.shutdown()
+                s.server_close()
