@@ -2,7 +2,7 @@
 
     python benchmarks/codecs.py [--index DIR] [--questions 1000] [--latency 200] [--centroids 4096]
 
-Every codec (fp16, int8, sq4, res2, res1) is made from the same built fp16 index by
+Every codec (fp16, int8, sq4, res3, res2, res1) is made from the same built fp16 index by
 ``index.compress_index`` (no chunk re-encoded). The same UNREAL query vectors (C0 from BM25 over
 the same chunks) are scanned exactly over each codec's decoded vectors. Recall: the held-out
 New-Wiki questions of ``eval retrieval --corpus index`` (a hit: any chunk of the gold paragraph).

@@ -372,9 +372,9 @@ def build_parser() -> argparse.ArgumentParser:
     ix.add_argument("--out", help="index folder to build or to compress into")
     ix.add_argument("--from", dest="source", help="compress: the built index to compress (nothing is re-encoded)")
     ix.add_argument("--codec", choices=list(CODECS), default="fp16",
-                    help="key codec: fp16 | int8 | sq4 (4-bit per dimension) | res2 / res1 (k-means centroid + "
-                         "2 / 1-bit residual per dimension)")
-    ix.add_argument("--centroids", type=int, default=4096, help="res2/res1: k-means centroids")
+                    help="key codec: fp16 | int8 | sq4 (4-bit per dimension) | res3 / res2 / res1 (k-means "
+                         "centroid + 3 / 2 / 1-bit residual per dimension)")
+    ix.add_argument("--centroids", type=int, default=4096, help="res3/res2/res1: k-means centroids")
     ix.add_argument("--corpus", nargs="+", default=["all"],
                     help="new_wiki | squad_dev | summaries | enwiki | all | a JSONL of {id, title, text}")
     ix.add_argument("--shard-size", type=int, default=1024, help="chunks per shard (the unit of resume)")

@@ -9,13 +9,13 @@ into float vectors; the index scan always scores exact MaxSim (Eq. 4) over the d
 | ``int8`` | d + 2 = 578 B | symmetric per-vector scale |
 | ``sq4`` | d/2 = 288 B | per-dimension 4-bit scalar quantisation over the 0.1–99.9 percentile range
   (codes by ``faiss.ScalarQuantizer``, range computed in NumPy; the sibling paper's Table 12) |
-| ``res2`` / ``res1`` | 2 + b·d/8 = 146 / 74 B | ColBERTv2-style residual codes: a k-means centroid id
+| ``res3`` / ``res2`` / ``res1`` | 2 + b·d/8 = 218 / 146 / 74 B | ColBERTv2-style residual codes: a k-means centroid id
   (``faiss.Kmeans``) and a b-bit code per dimension of the residual; per dimension, the 2^b buckets
   are cut at residual quantiles and decoded to each bucket's median |
 
-The lossy codecs (``sq4``, ``res2``, ``res1``) store L2-normalised vectors: the UNREAL head scores
+The lossy codecs (``sq4``, ``res3``, ``res2``, ``res1``) store L2-normalised vectors: the UNREAL head scores
 normalised keys, so the norm is not worth bits. Written here rather than taken from faiss: the
-b-bit residual codes (faiss has no 1- or 2-bit per-dimension residual quantiser; its
+b-bit residual codes (faiss has no 1-, 2- or 3-bit per-dimension residual quantiser; its
 ``ResidualQuantizer`` is additive quantisation, a different code) — about 40 lines of NumPy.
 
 Example
@@ -38,8 +38,8 @@ import numpy as np
 
 from ..errors import UserError
 
-CODECS = ("fp16", "int8", "sq4", "res2", "res1")
-LOSSY = ("sq4", "res2", "res1")
+CODECS = ("fp16", "int8", "sq4", "res3", "res2", "res1")
+LOSSY = ("sq4", "res3", "res2", "res1")
 
 
 class CodecError(UserError):
@@ -72,7 +72,7 @@ class Codec:
 
     @property
     def bits(self) -> int:
-        return {"res2": 2, "res1": 1}.get(self.name, 0)
+        return {"res3": 3, "res2": 2, "res1": 1}.get(self.name, 0)
 
     def encode(self, x: np.ndarray) -> dict[str, np.ndarray]:
         """Arrays to store for vectors ``x`` ``(n, L_p, d)``; ``keys`` (+ ``scale``) or ``codes`` (+ ``cid``)."""

@@ -14,7 +14,7 @@ searches the same index (``"head_independent": true`` in the manifest). A build 
 to a temporary name, renames it, then records its checksum in the manifest: a killed build resumes
 after the last recorded shard and search never reads a half-written one.
 
-A compressed index (``sq4``, ``res2``, ``res1``) is made from a built one by :func:`compress_index`
+A compressed index (``sq4``, ``res3``, ``res2``, ``res1``) is made from a built one by :func:`compress_index`
 without re-encoding any chunk; its shards are decoded once per opened index (kept as fp16, the
 size of an fp16 index in memory) and scanned exactly as an fp16 index.
 """
