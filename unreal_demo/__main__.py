@@ -91,7 +91,7 @@ def _eval(args: argparse.Namespace) -> None:
         from .pipeline import Explorer
 
         prompts = check_prompts(args.methods.split(",") if args.methods else None)  # before the model loads
-        explorer = Explorer.load(args.model, head=args.head)
+        explorer = Explorer.load(args.model, head=args.head, dtype=args.dtype)
         bar = tqdm(unit="question")
         result = run_prompt_choice(explorer, args.sample, prompts,
                                    args.seed, args.out, progress=lambda m, d, t: (
@@ -104,7 +104,7 @@ def _eval(args: argparse.Namespace) -> None:
         from .pipeline import Explorer
         from .retrieval.intrinsic import run_intrinsic_eval
 
-        explorer = Explorer.load(args.model, head=args.head)
+        explorer = Explorer.load(args.model, head=args.head, dtype=args.dtype)
         result = run_intrinsic_eval(explorer, args.sample, args.seed, args.out)
         print(json.dumps(result) if args.json else json.dumps(result["references"]))
         return
@@ -117,7 +117,7 @@ def _eval(args: argparse.Namespace) -> None:
         from .store import index
 
         methods = check_methods(args.methods.split(",") if args.methods else list(QA_METHODS))
-        explorer = Explorer.load(args.model, head=args.head, require_head=True)
+        explorer = Explorer.load(args.model, head=args.head, require_head=True, dtype=args.dtype)
         ix = index.Index(args.index or index.default_index(explorer), verify=False)
         methods = _servable(ix, methods, bool(args.methods))
         bar = tqdm(unit="question")
@@ -133,7 +133,7 @@ def _eval(args: argparse.Namespace) -> None:
         from .store import index
 
         methods = retrieval.check(args.methods.split(",") if args.methods else retrieval.names("index"), "index")
-        explorer = Explorer.load(args.model, head=args.head, require_head=True)
+        explorer = Explorer.load(args.model, head=args.head, require_head=True, dtype=args.dtype)
         ix = index.Index(args.index or index.default_index(explorer), verify=False)
         methods = _servable(ix, methods, bool(args.methods))
         result = run_index_retrieval_eval(explorer, ix, args.sample, methods, args.seed, args.out)
@@ -164,7 +164,7 @@ def _bench(args: argparse.Namespace) -> None:
         raise InputError(f"--n must be at least 1: {bad}")
     if args.sample < 1:
         raise InputError("--sample must be at least 1")
-    explorer = Explorer.load(args.model, head=args.head)
+    explorer = Explorer.load(args.model, head=args.head, dtype=args.dtype)
     result = run_benchmark(explorer, args.sample, lengths, ns, methods, args.seed, args.out, args.distractors)
     print(json.dumps(result) if args.json else result["markdown"])
 
@@ -350,6 +350,8 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--steps", type=int, default=60, help="ablations: training steps per variant")
     ev.add_argument("--only", default=None, help="ablations: comma list of name fragments to run")
     ev.add_argument("--json", action="store_true")
+    ev.add_argument("--dtype", default=None, help="fp32 | bf16 | fp16 (default: fp32 on CPU, bf16 on CUDA); "
+                    "cached encodings and answers are kept per dtype")
     model_flags(ev)
     ev.set_defaults(func=_eval)
 
@@ -405,6 +407,8 @@ def build_parser() -> argparse.ArgumentParser:
     bn.add_argument("--seed", type=int, default=0)
     bn.add_argument("--out", default=None, help="write the JSON result here")
     bn.add_argument("--json", action="store_true")
+    bn.add_argument("--dtype", default=None, help="fp32 | bf16 | fp16 (default: fp32 on CPU, bf16 on CUDA); "
+                    "cached encodings and answers are kept per dtype")
     model_flags(bn)
     bn.set_defaults(func=_bench)
 

@@ -46,7 +46,7 @@ def head_digest(head_path: Path | None) -> str | None:
 
 
 def provenance(explorer=None, argv: list[str] | None = None, prompt: str | None = None) -> dict:
-    """How a result was made: command, head path and digest, model and revision, answering prompt (default
+    """How a result was made: command, head path and digest, model, revision and dtype, answering prompt (default
     :data:`core.generation.DEFAULT_PROMPT`), date, schema."""
     from ..core.generation import DEFAULT_PROMPT
 
@@ -54,6 +54,7 @@ def provenance(explorer=None, argv: list[str] | None = None, prompt: str | None 
               "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")}
     if explorer is not None:
         record |= {"model": explorer.backbone.name, "revision": explorer.backbone.revision,
+                   "dtype": str(explorer.backbone.dtype).removeprefix("torch."),
                    "head": explorer.head_source, "head_digest": head_digest(explorer.head_path),
                    "prompt": prompt or DEFAULT_PROMPT}
     return record
