@@ -190,9 +190,10 @@ def test_plots_draw_both_methods_and_full_context():
              for m in ("unreal", "bm25") for n in (1, 2, 3)]
     table.append({"method": "full", "length": 2000, "n": None, "f1": [0.25, 0, 1], "recall": 1.0})
     fig = topn_curve(table, 2000, "f1")
-    assert [t.name for t in fig.data] == ["UNREAL f1", "UNREAL evidence recall@n", "BM25 f1",
-                                          "BM25 evidence recall@n"]
-    assert list(fig.data[0].y) == [0.1, 0.2, pytest.approx(0.3)]
+    assert [t.name for t in fig.data] == ["UNREAL 95% interval", "UNREAL f1 (band: 95% interval)",
+                                          "UNREAL evidence recall@n", "BM25 95% interval",
+                                          "BM25 f1 (band: 95% interval)", "BM25 evidence recall@n"]
+    assert list(fig.data[1].y) == [0.1, 0.2, pytest.approx(0.3)]
     best = length_curve(table, "f1")
     assert [list(t.y) for t in best.data] == [[pytest.approx(0.3)], [pytest.approx(0.3)], [0.25]]
 
