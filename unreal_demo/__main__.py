@@ -297,9 +297,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m unreal_demo", description="UNREAL Explorer")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    def model_flags(p: argparse.ArgumentParser) -> None:
+    def model_flags(p: argparse.ArgumentParser, dtype: bool = False) -> None:
         p.add_argument("--model", default=DEFAULT_MODEL, help="offline default, a Hugging Face id, or a folder")
         p.add_argument("--head", default=None, help="head path (NAME.json/.safetensors); default: shipped head")
+        if dtype:
+            p.add_argument("--dtype", default=None, help="fp32 | bf16 | fp16 (default: fp32 on CPU, bf16 on "
+                           "CUDA); cached encodings and answers are kept per dtype")
 
     ask = sub.add_parser("ask", help="select evidence from documents and answer a question")
     ask.add_argument("--doc", action="append", required=True, help="a .txt/.md document (repeatable)")
@@ -350,9 +353,7 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--steps", type=int, default=60, help="ablations: training steps per variant")
     ev.add_argument("--only", default=None, help="ablations: comma list of name fragments to run")
     ev.add_argument("--json", action="store_true")
-    ev.add_argument("--dtype", default=None, help="fp32 | bf16 | fp16 (default: fp32 on CPU, bf16 on CUDA); "
-                    "cached encodings and answers are kept per dtype")
-    model_flags(ev)
+    model_flags(ev, dtype=True)
     ev.set_defaults(func=_eval)
 
     fl = sub.add_parser("flops", help="break-even context length of UNREAL vs full context (Eqs. 8-10)")
@@ -407,9 +408,7 @@ def build_parser() -> argparse.ArgumentParser:
     bn.add_argument("--seed", type=int, default=0)
     bn.add_argument("--out", default=None, help="write the JSON result here")
     bn.add_argument("--json", action="store_true")
-    bn.add_argument("--dtype", default=None, help="fp32 | bf16 | fp16 (default: fp32 on CPU, bf16 on CUDA); "
-                    "cached encodings and answers are kept per dtype")
-    model_flags(bn)
+    model_flags(bn, dtype=True)
     bn.set_defaults(func=_bench)
 
     da = sub.add_parser("data", help="list or fetch the offline sources (data sets and models)")
