@@ -52,17 +52,22 @@ def url(tiny, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def page(url):
-    with sync_api.sync_playwright() as p:
+def browser():
+    with sync_api.sync_playwright() as p:  # one playwright per module: a second one in the same loop fails
         browser = p.chromium.launch(executable_path=CHROMIUM, args=[
             "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-background-networking"])
         try:
-            page = browser.new_page(viewport={"width": 1300, "height": 1500})
-            page.goto(url)
-            page.get_by_text("ready in").first.wait_for(timeout=60_000)  # the status line, once the model is in
-            yield page
+            yield browser
         finally:
             browser.close()
+
+
+@pytest.fixture(scope="module")
+def page(url, browser):
+    page = browser.new_page(viewport={"width": 1300, "height": 1500})
+    page.goto(url)
+    page.get_by_text("ready in").first.wait_for(timeout=60_000)  # the status line, once the model is in
+    yield page
 
 
 @pytest.fixture(scope="module")
@@ -172,7 +177,7 @@ def test_about_tables_render(page, shots):
     shoot(page, shots, "about")
 
 
-def test_the_start_up_page_turns_into_the_app(tmp_path):
+def test_the_start_up_page_turns_into_the_app(browser, tmp_path):
     """The page served while Gradio imports lists the steps, then reloads into the app once it answers."""
     import threading
     from http.server import BaseHTTPRequestHandler, HTTPServer
@@ -200,18 +205,15 @@ def test_the_start_up_page_turns_into_the_app(tmp_path):
         threading.Thread(target=servers[0].serve_forever, daemon=True).start()
         splash.served()
 
-    with sync_api.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=[
-            "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-background-networking"])
-        try:
-            page = browser.new_page()
-            page.goto(f"http://127.0.0.1:{splash.port}/")
-            page.get_by_text("importing Gradio and building the six tabs").wait_for(timeout=10_000)
-            page.screenshot(path=str(tmp_path / "starting.png"))
-            threading.Timer(1.0, serve_later).start()
-            page.get_by_text("the real app").wait_for(timeout=30_000)  # reloaded by itself
-        finally:
-            browser.close()
-            for s in servers:
-                s.shutdown()
-                s.server_close()
+    page = browser.new_page()
+    try:
+        page.goto(f"http://127.0.0.1:{splash.port}/")
+        page.get_by_text("importing Gradio and building the six tabs").wait_for(timeout=10_000)
+        page.screenshot(path=str(tmp_path / "starting.png"))
+        threading.Timer(1.0, serve_later).start()
+        page.get_by_text("the real app").wait_for(timeout=30_000)  # reloaded by itself
+    finally:
+        page.close()
+        for s in servers:
+            s.shutdown()
+            s.server_close()
