@@ -40,6 +40,9 @@ class Ranking:
     timings: dict = field(default_factory=dict)
     notices: list[str] = field(default_factory=list)
     group_sims: dict[int, list[list[float]]] = field(default_factory=dict)  # chunk id -> G × L_p
+    matched_tokens: dict[int, list[tuple[int, float, int]]] = field(default_factory=dict)  # sparse: chunk id ->
+    # [(token position, cosine, query token)] (retrieval.sparse.retrieved_tokens)
+    query_tokens: list[str] = field(default_factory=list)  # sparse: the question's tokens, as text
 
 
 @dataclass
@@ -210,7 +213,15 @@ class Explorer:
             sims = {i: (q @ normed[i].T).tolist() for i in top}  # G × L_p per top chunk
             if not self.trained:
                 notices.append("this head is UNTRAINED (random ρ): UNREAL scores are not meaningful yet")
-        return Ranking(method, chunks, scores.tolist(), select_top_n(scores, n), timings, notices, sims)
+        ranking = Ranking(method, chunks, scores.tolist(), select_top_n(scores, n), timings, notices, sims)
+        if method == "sparse":  # the stored tokens each question token retrieved: the evidence it counts
+            from .retrieval.sparse import query_token_states, retrieved_tokens
+
+            qt = query_token_states(self.backbone, [question], self.head.config.chunk_layer)[0]  # (T_q, d)
+            ranking.matched_tokens = retrieved_tokens(qt, store.token_parts)
+            ids = self.backbone.tokenizer(question, add_special_tokens=False)["input_ids"][: len(qt)]
+            ranking.query_tokens = [self.backbone.tokenizer.decode([t]) for t in ids]
+        return ranking
 
     def prompt(self, ranking: Ranking, question: str) -> list[int]:
         """Prompt ids for the selected chunks (document order) and the question (Eq. 7)."""

@@ -52,3 +52,63 @@ def test_bm25_terms_are_the_stems_bm25s_matches():
                                                                      return_ids=False, show_progress=False)[0])
     assert all(re.fullmatch(r"\w+", text[s:e]) for s, e, _ in got)
     assert [text[s:e] for s, e, _ in got] == ["capital", "capital", "Germany", "Capitalism"]  # "built" ≠ "build"
+
+
+class TestSparseEvidence:
+    def test_retrieved_tokens_equal_a_brute_force_top_k(self):
+        from unreal_demo.retrieval.sparse import retrieved_tokens
+
+        gen = torch.Generator().manual_seed(0)
+        lengths = [torch.tensor([3, 5]), torch.tensor([4])]  # chunks 0, 1 in part 0; chunk 2 in part 1
+        parts = [(torch.nn.functional.normalize(torch.randn(int(n.sum()), 8, generator=gen), dim=-1).half(), n)
+                 for n in lengths]
+        query = torch.nn.functional.normalize(torch.randn(3, 8, generator=gen), dim=-1)
+        got = retrieved_tokens(query, parts, k=4)
+        every = torch.cat([t for t, _ in parts]).float()  # (12, d)
+        owner = [0] * 3 + [1] * 5 + [2] * 4
+        first = [0, 3, 8]
+        want: dict[tuple[int, int], tuple[float, int]] = {}
+        for t in range(3):
+            sims = query[t] @ every.T
+            for g in torch.topk(sims, 4).indices.tolist():
+                at = (owner[g], g - first[owner[g]])
+                if at not in want or sims[g] > want[at][0]:
+                    want[at] = (float(sims[g]), t)
+        flat = {(c, p): (s, t) for c, row in got.items() for p, s, t in row}
+        assert flat.keys() == want.keys()
+        for at, (s, t) in want.items():
+            assert flat[at][0] == pytest.approx(s, abs=1e-5) and flat[at][1] == t
+
+    def test_token_spans_align_with_the_stored_token_states(self, tiny):
+        from unreal_demo.core.encoding import encode_chunks
+        from unreal_demo.retrieval.evidence import token_spans
+
+        texts = [TEXT, "Short one.", TEXT * 4]
+        stored: list[torch.Tensor] = []
+        encode_chunks(tiny, texts, 3, 7, 32, tokens_out=stored)
+        for text, states in zip(texts, stored, strict=True):
+            spans = token_spans(tiny.tokenizer, text, 32)
+            assert len(spans) == states.shape[0]
+            assert all(0 <= s <= e <= len(text) for s, e in spans)
+
+    def test_marks_may_overlap_and_stay_well_formed(self):
+        from unreal_demo.ui.evidence import _marked
+
+        out = _marked("founding fathers", [(0, 8, "found")], 0, 16, [(4, 12, "tip")])
+        assert out == ("<u title='BM25 term “found”'>foun</u><span class='unreal-tok' title='tip'>"
+                       "<u title='BM25 term “found”'>ding</u></span><span class='unreal-tok' title='tip'> fat</span>"
+                       "hers")
+
+    def test_a_sparse_ranking_marks_the_tokens_in_its_cards(self, tiny):
+        from unreal_demo.core.head import untrained_head
+        from unreal_demo.pipeline import Explorer
+        from unreal_demo.ui.evidence import evidence_html, sparse_marks
+
+        explorer = Explorer(tiny, untrained_head(tiny, n_ret=4, n_groups=2, chunk_layer=3), None)
+        doc = "The zebra code is 4417. " + "Cats sleep a lot. Dogs bark at night. " * 40
+        ranking = explorer.rank([doc], "What is the zebra code?", n=2, method="sparse")
+        assert ranking.matched_tokens and ranking.query_tokens
+        marks = [m for i in ranking.selected for m in sparse_marks(explorer, ranking, i)]
+        assert marks and all("retrieved by question token" in tip for *_, tip in marks)
+        assert "unreal-tok" in evidence_html(explorer, ranking, "What is the zebra code?")
+        assert not explorer.rank([doc], "What is the zebra code?", n=2, method="bm25").matched_tokens

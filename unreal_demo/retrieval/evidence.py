@@ -7,8 +7,9 @@
 - **BM25**: :func:`bm25_terms` marks the words whose stem is one of the question's terms, tokenised as
   :class:`core.selection.BM25` tokenises (words of two or more characters, English stop words out,
   Snowball stems).
-- Dense retrieval scores one vector per chunk and sparse token matching mean-pools its per-token matches:
-  neither localises evidence, so they get no spans.
+- **Sparse** token matching: :func:`token_spans` maps a chunk's stored token states to characters, so the
+  tokens each question token retrieved (:func:`retrieval.sparse.retrieved_tokens`) can be marked.
+- Dense retrieval scores one vector per chunk: it does not localise evidence, so it gets no spans.
 
 Example
 -------
@@ -63,6 +64,13 @@ def segment_spans(tokenizer, text: str, n_pool: int, max_tokens: int) -> list[tu
     ends = [offsets[min(n - 1, ((g + 1) * n - 1) // n_pool)][1] for g in range(n_pool)]  # last token of run g
     starts = [0] + ends[:-1]
     return [(min(s, e), e) for s, e in zip(starts, ends, strict=True)]
+
+
+def token_spans(tokenizer, text: str, max_tokens: int) -> list[tuple[int, int]]:
+    """Character spans ``[start, end)`` of the tokens whose states a chunk stores (its first ``max_tokens``,
+    as :func:`core.encoding.tokenize_chunks` keeps them), in order."""
+    enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+    return [(int(s), int(e)) for s, e in enc["offset_mapping"][:max_tokens]]
 
 
 def unreal_segments(spans: Sequence[tuple[int, int]], group_sims: Sequence[Sequence[float]]) -> list[Segment]:

@@ -175,14 +175,25 @@ class MemoryStore:
             self._dense = dense.embed(self.texts)
         return _topk(qv @ self._dense.T, k)
 
+    @property
+    def token_parts(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """The chunks' token states ``(tokens (N_p, d), lengths (m_p,))`` per part (encoded on first use).
+
+        Raises
+        ------
+        RetrievalError
+            If this store does not keep token states.
+        """
+        self._encoded()
+        if self._tokens is None:
+            raise RetrievalError("sparse needs the chunks' token states, which this store does not keep")
+        return self._tokens
+
     def sparse_topk(self, query_tokens: Sequence[torch.Tensor], k: int,
                     alpha: float = 0.5) -> tuple[torch.Tensor, torch.Tensor]:
         from . import sparse
 
-        self._encoded()
-        if self._tokens is None:
-            raise RetrievalError("sparse needs the chunks' token states, which this store does not keep")
-        local = torch.cat([sparse.sparse_scores(query_tokens[s : s + 128], self._tokens)
+        local = torch.cat([sparse.sparse_scores(query_tokens[s : s + 128], self.token_parts)
                            for s in range(0, len(query_tokens), 128)])
         return _topk(sparse.fuse(local, sparse.pooled_scores(query_tokens, self.keys.mean(1)), alpha), k)
 

@@ -53,19 +53,7 @@ def sparse_scores(
     """
     owner = _owners(token_parts)
     n_chunks = int(owner.max()) + 1 if len(owner) else 0
-    k = min(k, len(owner))
-    qall = torch.cat(list(queries)).float()  # (ΣT_q, d)
-    best_v = torch.full((qall.shape[0], k), -float("inf"))
-    best_i = torch.zeros((qall.shape[0], k), dtype=torch.long)
-    base = 0
-    for store, _ in token_parts:  # streamed part by part: the store is never concatenated
-        for s in range(0, store.shape[0], block):
-            sims = qall @ store[s : s + block].float().T  # (ΣT_q, b)
-            v = torch.cat([best_v, sims], 1)
-            i = torch.cat([best_i, torch.arange(base + s, base + s + sims.shape[1]).expand(qall.shape[0], -1)], 1)
-            best_v, pick = torch.topk(v, k, dim=1)
-            best_i = i.gather(1, pick)
-        base += store.shape[0]
+    best_v, best_i = _top_tokens(torch.cat(list(queries)).float(), token_parts, min(k, len(owner)), block)
     out, start = torch.empty(len(queries), n_chunks), 0
     for j, qt in enumerate(queries):
         v, i = best_v[start : start + len(qt)], best_i[start : start + len(qt)]  # (T_q, k)
@@ -73,6 +61,67 @@ def sparse_scores(
         floor = v[:, -1:].expand(-1, n_chunks).clone()  # (T_q, M): lowest retrieved score per token
         per_chunk = floor.scatter_reduce(1, owner[i], v, reduce="amax")
         out[j] = per_chunk.mean(0)
+    return out
+
+
+def _top_tokens(qall: torch.Tensor, token_parts: Sequence[tuple[torch.Tensor, torch.Tensor]], k: int,
+                block: int = 16384) -> tuple[torch.Tensor, torch.Tensor]:
+    """The ``k`` most similar stored tokens of each query token ``(ΣT_q, d)``: cosines and global indices,
+    each ``(ΣT_q, k)``, streamed part by part (the store is never concatenated)."""
+    best_v = torch.full((qall.shape[0], k), -float("inf"))
+    best_i = torch.zeros((qall.shape[0], k), dtype=torch.long)
+    base = 0
+    for store, _ in token_parts:
+        for s in range(0, store.shape[0], block):
+            sims = qall @ store[s : s + block].float().T  # (ΣT_q, b)
+            v = torch.cat([best_v, sims], 1)
+            i = torch.cat([best_i, torch.arange(base + s, base + s + sims.shape[1]).expand(qall.shape[0], -1)], 1)
+            best_v, pick = torch.topk(v, k, dim=1)
+            best_i = i.gather(1, pick)
+        base += store.shape[0]
+    return best_v, best_i
+
+
+@torch.inference_mode()
+def retrieved_tokens(query: torch.Tensor, token_parts: Sequence[tuple[torch.Tensor, torch.Tensor]],
+                     k: int = 64) -> dict[int, list[tuple[int, float, int]]]:
+    """The evidence the sparse score counts: the stored tokens that one query's tokens retrieved.
+
+    Parameters
+    ----------
+    query : the query's normalised token states ``(T_q, d)``.
+    token_parts : as for :func:`sparse_scores`.
+    k : stored tokens retrieved per query token.
+
+    Returns
+    -------
+    dict
+        chunk id → ``[(token position in the chunk, cosine, query token), …]`` in position order; a
+        stored token retrieved by several query tokens keeps its best match.
+
+    Examples
+    --------
+    >>> store = torch.tensor([[1.0, 0.0], [0.0, 1.0], [0.6, 0.8]]).half()
+    >>> hits = retrieved_tokens(torch.tensor([[1.0, 0.0]]), [(store, torch.tensor([1, 2]))], k=2)
+    >>> {c: [(p, round(s, 1), t) for p, s, t in row] for c, row in hits.items()}
+    {0: [(0, 1.0, 0)], 1: [(1, 0.6, 0)]}
+    """
+    owner = _owners(token_parts)
+    if not len(owner):
+        return {}
+    lengths = torch.cat([lengths for _, lengths in token_parts])
+    first = torch.cumsum(lengths, 0) - lengths  # (M,) global index of each chunk's first token
+    v, i = _top_tokens(query.float(), token_parts, min(k, len(owner)))
+    best: dict[tuple[int, int], tuple[float, int]] = {}
+    for t in range(v.shape[0]):
+        for score, g in zip(v[t].tolist(), i[t].tolist(), strict=True):
+            c = int(owner[g])
+            at = (c, g - int(first[c]))
+            if at not in best or score > best[at][0]:
+                best[at] = (score, t)
+    out: dict[int, list[tuple[int, float, int]]] = {}
+    for (c, pos), (score, t) in sorted(best.items()):
+        out.setdefault(c, []).append((pos, score, t))
     return out
 
 

@@ -2,7 +2,9 @@
 
 UNREAL: the background of each pooled span (:func:`retrieval.evidence.segment_spans`) is shaded by
 max_g ⟨q_g, k_{i,p}⟩, from the lowest to the highest span shown; hovering a span shows its group and
-score. BM25's matched query terms are underlined in every view, so where the two disagree shows.
+score. Sparse token matching: the chunk tokens some question token retrieved are boxed (hover: which
+question token, and the cosine). BM25's matched query terms are underlined in every view, so where the
+methods disagree shows. Dense retrieval scores one vector per chunk and marks nothing.
 """
 
 from __future__ import annotations
@@ -11,12 +13,14 @@ import html
 from collections.abc import Sequence
 
 from ..pipeline import Explorer, Ranking
-from ..retrieval.evidence import Segment, bm25_terms, segment_spans, unreal_segments
+from ..retrieval.evidence import Segment, bm25_terms, segment_spans, token_spans, unreal_segments
 
 LEGEND = ("<div class='unreal-legend'><span class='unreal-swatch' style='background:rgba(255,140,0,0.08)'>"
           "low</span><span class='unreal-swatch' style='background:rgba(255,140,0,0.85)'>high</span> UNREAL: "
           "max over query groups of ⟨q_g, k_p⟩ for each pooled span (hover for the group and score) · "
-          "<u>underlined</u>: BM25's matched query terms</div>")
+          "<u>underlined</u>: BM25's matched query terms · <span class='unreal-tok'>boxed</span>: tokens a "
+          "question token retrieved (sparse)</div>")
+Mark = tuple[int, int, str]  # characters [start, end) and the hover text
 
 
 def chunk_segments(explorer: Explorer, ranking: Ranking) -> dict[int, list[Segment]]:
@@ -32,31 +36,60 @@ def _shade(score: float, low: float, high: float) -> str:
     return f"rgba(255,140,0,{0.08 + 0.77 * share:.2f})"
 
 
-def _marked(text: str, terms: Sequence[tuple[int, int, str]], start: int, end: int) -> str:
-    """``text[start:end]`` escaped, with BM25's terms inside it underlined."""
+def _marked(text: str, terms: Sequence[tuple[int, int, str]], start: int, end: int,
+            tokens: Sequence[Mark] = ()) -> str:
+    """``text[start:end]`` escaped, BM25's terms underlined and the sparse-matched tokens boxed (they may
+    overlap: each run of characters with the same marks is written once)."""
+    under: dict[int, str] = {}
+    boxed: dict[int, str] = {}
+    for marks, into in ((terms, under), (tokens, boxed)):
+        for s, e, tip in marks:
+            for c in range(max(s, start), min(e, end)):
+                into[c] = tip
     out, at = [], start
-    for s, e, stem in terms:
-        if s >= start and e <= end:
-            out += [html.escape(text[at:s]), f"<u title='BM25 term “{html.escape(stem)}”'>{html.escape(text[s:e])}</u>"]
-            at = e
-    out.append(html.escape(text[at:end]))
+    while at < end:
+        key = (under.get(at), boxed.get(at))
+        stop = at + 1
+        while stop < end and (under.get(stop), boxed.get(stop)) == key:
+            stop += 1
+        piece = html.escape(text[at:stop])
+        if key[0] is not None:
+            piece = f"<u title='BM25 term “{html.escape(key[0])}”'>{piece}</u>"
+        if key[1] is not None:
+            piece = f"<span class='unreal-tok' title='{html.escape(key[1])}'>{piece}</span>"
+        out.append(piece)
+        at = stop
     return "".join(out)
 
 
 def _card(header: str, text: str, segments: Sequence[Segment] | None, terms: Sequence[tuple[int, int, str]],
-          low: float, high: float) -> str:
-    """One chunk's card: the header, then its text with UNREAL's shaded spans and BM25's underlined terms."""
+          low: float, high: float, tokens: Sequence[Mark] = ()) -> str:
+    """One chunk's card: the header, then its text with UNREAL's shaded spans, BM25's underlined terms and
+    the sparse-matched tokens."""
     body, at = [], 0
     for s in segments or []:
         if s.end <= at:
             continue  # a span repeated for a chunk shorter than L_p tokens
         tip = f"group {s.group + 1} · ⟨q_g, k_p⟩ = {s.score:.3f}"
         body.append(f"<span class='unreal-seg' style='background:{_shade(s.score, low, high)}' "
-                    f"title='{tip}'>{_marked(text, terms, max(at, s.start), s.end)}</span>")
+                    f"title='{tip}'>{_marked(text, terms, max(at, s.start), s.end, tokens)}</span>")
         at = s.end
-    body.append(_marked(text, terms, at, len(text)))  # beyond the encoded prefix (or no spans): no key
+    body.append(_marked(text, terms, at, len(text), tokens))  # beyond the encoded prefix (or no spans): no key
+    matched = f" · {len(tokens)} token(s) retrieved by the question (sparse)" if tokens else ""
     return (f"<div class='unreal-card'><div class='unreal-card-head'>{header} · {len(terms)} BM25 term match(es)"
+            f"{matched}"
             f"</div><div class='unreal-card-text'>{''.join(body)}</div></div>")
+
+
+def sparse_marks(explorer: Explorer, ranking: Ranking, i: int) -> list[Mark]:
+    """Character spans of chunk ``i``'s tokens that a question token retrieved (sparse), with the hover text."""
+    hits = ranking.matched_tokens.get(i)
+    if not hits:
+        return []
+    spans = token_spans(explorer.backbone.tokenizer, ranking.chunks[i].text, explorer.head.config.chunk_tokens)
+    q = ranking.query_tokens
+    return [(*spans[pos], f"retrieved by question token “{q[t].strip() if t < len(q) else t}” · cos {score:.3f}")
+            for pos, score, t in hits if pos < len(spans)]
 
 
 def _range(segments: dict) -> tuple[float, float]:
@@ -75,7 +108,8 @@ def evidence_html(explorer: Explorer, ranking: Ranking, question: str, ranks: di
         score = "" if ranking.scores is None else f" · score {ranking.scores[i]:.3f}"
         rank = f" · rank {ranks[i]}" if ranks and i in ranks else ""
         text = ranking.chunks[i].text
-        cards.append(_card(f"chunk {i}{rank}{score}", text, segments.get(i), bm25_terms(question, text), low, high))
+        cards.append(_card(f"chunk {i}{rank}{score}", text, segments.get(i), bm25_terms(question, text), low, high,
+                           sparse_marks(explorer, ranking, i)))
     return LEGEND + "".join(cards)
 
 
