@@ -5,6 +5,8 @@ from __future__ import annotations
 import gzip
 import json
 
+import pytest
+
 from unreal_demo.evaluation import answers as ans
 from unreal_demo.settings import PRECOMPUTED
 
@@ -46,3 +48,19 @@ def test_only_precomputed_results_keep_their_answers(tmp_path):
 def test_a_cut_line_is_skipped(tmp_path):
     (tmp_path / "answers.jsonl").write_text('{"key": "a", "answer": "1"}\n{"key": "b", "ans')
     assert ans.AnswerCache(tmp_path / "answers.jsonl").known == {"a": "1"}
+
+
+def test_two_runs_sharing_the_file_keep_each_others_answers(tmp_path):
+    shipped = tmp_path / "s.jsonl.gz"
+    a = ans.AnswerCache(tmp_path / "a.jsonl", shipped)
+    b = ans.AnswerCache(tmp_path / "b.jsonl", shipped)
+    a.known["x"], b.known["y"] = "1", "2"
+    a.export()
+    b.export()  # merges what a wrote
+    assert ans.AnswerCache(tmp_path / "c.jsonl", shipped).known == {"x": "1", "y": "2"}
+
+
+def test_a_damaged_shipped_file_is_left_out_with_a_warning(tmp_path):
+    (tmp_path / "s.jsonl.gz").write_bytes(b"\x1f\x8b not really gzip")
+    with pytest.warns(UserWarning, match="damaged"):
+        assert ans.AnswerCache(tmp_path / "a.jsonl", tmp_path / "s.jsonl.gz").known == {}

@@ -180,7 +180,7 @@ def _keys(cfg: TrainConfig, backbone, texts: list[str], progress=None) -> torch.
     from ..settings import PRECOMPUTED
     from ..store.shipped_keys import training_keys
 
-    keep = output_folder(cfg).resolve().is_relative_to(PRECOMPUTED.resolve())
+    keep = bool(cfg.out) and Path(cfg.out).resolve().is_relative_to(PRECOMPUTED.resolve())  # a shipped run
     return training_keys(backbone, texts, cfg.chunk_layer, cfg.n_pool, cfg.chunk_tokens, keep, progress)
 
 

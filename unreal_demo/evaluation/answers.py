@@ -22,6 +22,8 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
+import os
+import warnings
 from pathlib import Path
 
 from ..core.backbone import cache_dir
@@ -30,6 +32,18 @@ from ..settings import PRECOMPUTED
 
 MAX_NEW_TOKENS = 16
 EXPORT_EVERY = 50  # new answers between two exports of a run that keeps its answers in the repository
+
+
+def _read_shipped(path: Path) -> dict[str, str]:
+    """The answers of a shipped file; none (with a warning) if it is missing or damaged."""
+    if not path.exists():
+        return {}
+    try:
+        with gzip.open(path, "rt", encoding="utf-8") as f:
+            return _rows(f.read().splitlines())
+    except (OSError, EOFError, UnicodeDecodeError) as exc:
+        warnings.warn(f"{path.name} is damaged ({exc}); its answers are not used", stacklevel=3)
+        return {}
 
 
 def _rows(lines: list[str]) -> dict[str, str]:
@@ -60,9 +74,8 @@ class AnswerCache:
         self.path, self.shipped, self.export_every, self.fresh = path, shipped, export_every, 0
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.known: dict[str, str] = {}
-        if shipped is not None and shipped.exists():
-            with gzip.open(shipped, "rt", encoding="utf-8") as f:
-                self.known |= _rows(f.read().splitlines())
+        if shipped is not None:
+            self.known |= _read_shipped(shipped)
         if path.exists():
             self.known |= _rows(path.read_text(encoding="utf-8").splitlines())
 
@@ -79,11 +92,15 @@ class AnswerCache:
         return self.known[key]
 
     def export(self) -> int:
-        """Write every known answer to :attr:`shipped` (sorted, gzipped, reproducible); the count written."""
+        """Write every known answer to :attr:`shipped` (sorted, gzipped, reproducible); the count written.
+
+        What the file already holds is merged in first, so two runs sharing it (the pool and same-topic
+        benchmarks) do not drop each other's answers; each writes through its own temporary file."""
         if self.shipped is None:
             raise ValueError("this cache has no shipped file to export to")
         self.shipped.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.shipped.with_suffix(".tmp")
+        self.known = _read_shipped(self.shipped) | self.known
+        tmp = self.shipped.with_name(f"{self.shipped.name}.{os.getpid()}.tmp")
         with open(tmp, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as f:
             f.write("".join(json.dumps({"key": k, "answer": self.known[k]}) + "\n"
                             for k in sorted(self.known)).encode())

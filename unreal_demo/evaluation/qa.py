@@ -28,7 +28,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from ..core.backbone import cache_dir
-from ..core.generation import DEFAULT_PROMPT, prompt_ids
+from ..core.generation import DEFAULT_PROMPT, PROMPTS, prompt_ids
 from ..data.sources import Question
 from ..errors import UserError
 from ..retrieval.registry import METHODS as RETRIEVERS
@@ -78,7 +78,8 @@ def questions(sample: int, seed: int) -> tuple[list[Question], dict[str, str]]:
 
 def _key(index: Index, explorer, method: str, qs: Sequence[Question], k: int) -> str:
     parts = [index.manifest["model"], index.manifest["revision"], index.manifest["chunks"],
-             index.manifest["tokens"], explorer.backbone.numerics, method, k, MAX_NEW_TOKENS, DEFAULT_PROMPT,
+             index.manifest["tokens"], index.manifest.get("dtype"), index.manifest.get("codec_sha256"),
+             explorer.backbone.numerics, method, k, MAX_NEW_TOKENS, repr(PROMPTS[DEFAULT_PROMPT]),
              [q.id for q in qs]]
     if RETRIEVERS.get(method) is not None and RETRIEVERS[method].model:
         parts.append(explorer.head.digest())
@@ -163,6 +164,11 @@ def markdown(table: Sequence[dict]) -> str:
     return "\n".join(lines)
 
 
+def _label(run: dict) -> str:
+    """``method@k`` of a run; the bounds by name alone (they retrieve nothing)."""
+    return run["method"] if run["method"] in BOUNDS else f"{run['method']}@{run['k']}"
+
+
 def run_qa_eval(explorer, index: Index, sample: int = 100, methods: Sequence[str] = METHODS,
                 ks: Sequence[int] = (5,), seed: int = 0, out: str | Path | None = None,
                 progress: Callable[[str, int, int], None] | None = None) -> dict:
@@ -187,7 +193,7 @@ def run_qa_eval(explorer, index: Index, sample: int = 100, methods: Sequence[str
                    f"({index.manifest['passages']:,} passages); prompt {DEFAULT_PROMPT}; greedy, "
                    f"{MAX_NEW_TOKENS} new tokens; model {explorer.backbone.name}; head {explorer.head_source}",
         "k": list(ks), "prompt": DEFAULT_PROMPT, "table": table, "markdown": markdown(table),
-        "answers": {f"{r['method']}@{r['k']}": [{"id": x["id"], "answer": x["answer"], "chunks": x["chunks"]}
-                                                for x in r["rows"]] for r in results},
+        "answers": {_label(r): [{"id": x["id"], "answer": x["answer"], "chunks": x["chunks"]} for x in r["rows"]]
+                    for r in results},
     }
     return write_result(result, out, explorer)

@@ -85,7 +85,7 @@ def _top_tokens(qall: torch.Tensor, token_parts: Sequence[tuple[torch.Tensor, to
 @torch.inference_mode()
 def retrieved_tokens(query: torch.Tensor, token_parts: Sequence[tuple[torch.Tensor, torch.Tensor]],
                      k: int = 64) -> dict[int, list[tuple[int, float, int]]]:
-    """The evidence the sparse score counts: the stored tokens that one query's tokens retrieved.
+    """The evidence the sparse score counts: per question token and chunk, the best stored token it retrieved.
 
     Parameters
     ----------
@@ -96,8 +96,9 @@ def retrieved_tokens(query: torch.Tensor, token_parts: Sequence[tuple[torch.Tens
     Returns
     -------
     dict
-        chunk id → ``[(token position in the chunk, cosine, query token), …]`` in position order; a
-        stored token retrieved by several query tokens keeps its best match.
+        chunk id → ``[(token position in the chunk, cosine, query token), …]`` in position order: for each
+        question token, the one token of each chunk that :func:`sparse_scores` counts for it (its best
+        among the token's top-k); a stored token counted by several question tokens keeps its best match.
 
     Examples
     --------
@@ -114,8 +115,12 @@ def retrieved_tokens(query: torch.Tensor, token_parts: Sequence[tuple[torch.Tens
     v, i = _top_tokens(query.float(), token_parts, min(k, len(owner)))
     best: dict[tuple[int, int], tuple[float, int]] = {}
     for t in range(v.shape[0]):
+        counted: dict[int, tuple[float, int]] = {}  # chunk -> (score, global token): what the score counts
         for score, g in zip(v[t].tolist(), i[t].tolist(), strict=True):
             c = int(owner[g])
+            if c not in counted or score > counted[c][0]:
+                counted[c] = (score, g)
+        for c, (score, g) in counted.items():
             at = (c, g - int(first[c]))
             if at not in best or score > best[at][0]:
                 best[at] = (score, t)

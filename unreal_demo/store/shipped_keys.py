@@ -17,6 +17,7 @@ Example
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -40,8 +41,9 @@ def export(keys: torch.Tensor, path: Path, centroids: int = CENTROIDS) -> Path:
     fitted = codecs.fit("res2", x.reshape(-1, x.shape[-1]), centroids=centroids)
     arrays = fitted.encode(x)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.stem + ".tmp.npz")
-    np.savez(tmp, **{f"codec_{k}": v for k, v in fitted.state.items()}, **arrays)
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")  # *.tmp: git-ignored if a killed run leaves it
+    with open(tmp, "wb") as f:
+        np.savez(f, **{f"codec_{k}": v for k, v in fitted.state.items()}, **arrays)
     tmp.replace(path)
     return path
 

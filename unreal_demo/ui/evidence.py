@@ -82,13 +82,13 @@ def _card(header: str, text: str, segments: Sequence[Segment] | None, terms: Seq
 
 
 def sparse_marks(explorer: Explorer, ranking: Ranking, i: int) -> list[Mark]:
-    """Character spans of chunk ``i``'s tokens that a question token retrieved (sparse), with the hover text."""
+    """Character spans of chunk ``i``'s tokens the sparse score counts for a question token, with the hover text."""
     hits = ranking.matched_tokens.get(i)
     if not hits:
         return []
     spans = token_spans(explorer.backbone.tokenizer, ranking.chunks[i].text, explorer.head.config.chunk_tokens)
     q = ranking.query_tokens
-    return [(*spans[pos], f"retrieved by question token “{q[t].strip() if t < len(q) else t}” · cos {score:.3f}")
+    return [(*spans[pos], f"counted for question token “{q[t].strip()}” · cos {score:.3f}")
             for pos, score, t in hits if pos < len(spans)]
 
 

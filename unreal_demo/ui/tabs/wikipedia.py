@@ -51,7 +51,7 @@ def qa_panel(loader: Loading | None = None) -> None:
     table = pd.DataFrame([{"method": r["method"], "k": r["k"], "EM": r["em"], "F1": r["f1"][0],
                            "F1 95% CI": f"{r['f1'][1]:.2f}–{r['f1'][2]:.2f}", "answer contained": r["contained"],
                            "evidence recall@k": r["recall"], "F1 gap closed": r.get("f1_gap_closed")}
-                          for r in rows])
+                          for r in rows]).astype({"k": "Int64"})
     made = data.get("provenance", {})
     gr.Markdown(f"{data['setting']}\n\n`{made.get('command', data.get('command'))}`")
     if loader is not None and (warning := head_mismatch(data, loader)):
