@@ -178,9 +178,13 @@ class TestRun:
         assert table[("bm25", 300, 3)]["questions"] == 2 and "f1" in table[("bm25", 300, 3)]
         full = [r for r in out["rows"] if r["method"] == "full"]
         assert all(r["recall"] == 1.0 for r in full)  # full context always holds the gold chunk
-        again = run_longcontext(explorer, b, [300, 900], [1, 3], ("unreal", "bm25", "full"))
+        seen = []
+        again = run_longcontext(explorer, b, [300, 900], [1, 3], ("unreal", "bm25", "full"),
+                                on_length=lambda partial: seen.append((partial["lengths_done"], len(partial["rows"]))))
         assert [r.get("answer") for r in again["rows"]] == [r.get("answer") for r in out["rows"]]
         assert summarize(again["rows"]) == out["table"]
+        assert seen == [(["0.3K"], 10), (["0.3K", "0.9K"], 20)]  # written as each length completes
+        assert set(again["cpu_seconds"]) == {"0.3K", "0.9K"} and all(v >= 0 for v in again["cpu_seconds"].values())
 
 
 def test_plots_draw_both_methods_and_full_context():

@@ -106,15 +106,26 @@ def summarize(rows: list[dict]) -> list[dict]:
 
 def run_longcontext(explorer, builder: Builder, lengths: Sequence[int], ns: Sequence[int],
                     methods: Sequence[str] = ("unreal", "bm25", "full"),
-                    progress: Callable[[float, str], None] | None = None, answers: AnswerCache | None = None) -> dict:
-    """Run every item at every length with every method; rows per answer plus the summary table."""
+                    progress: Callable[[float, str], None] | None = None, answers: AnswerCache | None = None,
+                    on_length: Callable[[dict], None] | None = None) -> dict:
+    """Run every item at every length with every method; rows per answer plus the summary table.
+
+    ``on_length`` receives the result so far each time a length is complete (all its questions), so a
+    long run can be written as it goes. ``cpu_seconds`` gives each length's process CPU time."""
     methods = check(methods, "document")
     backbone, head = explorer.backbone, explorer.head
     encoder = ContextEncoder(builder, backbone, head)
     answers = answers or answer_cache("longcontext")
     rows, seconds = [], {"encode": 0.0, "retrieval": 0.0, "generate": 0.0}
+    cpu: dict[str, float] = {}
     jobs = [(item, length) for length in lengths for item in builder.items]
+
+    def so_far() -> dict:
+        return {"rows": rows, "table": summarize(rows), "seconds": {k: round(v, 1) for k, v in seconds.items()},
+                "cpu_seconds": {k: round(v, 1) for k, v in cpu.items()}, "lengths_done": list(cpu)}
+
     for j, (item, length) in enumerate(jobs):
+        c0 = time.process_time()
         if progress is not None:
             progress(j / len(jobs), f"{label(length)} tokens, question {builder.items.index(item) + 1}")
         ctx = builder.context(item, length)
@@ -140,9 +151,12 @@ def run_longcontext(explorer, builder: Builder, lengths: Sequence[int], ns: Sequ
         seconds["encode"] += t1 - t0
         seconds["retrieval"] += t2 - t1
         seconds["generate"] += time.perf_counter() - t2
+        cpu[label(length)] = cpu.get(label(length), 0.0) + time.process_time() - c0
+        if on_length is not None and (j + 1 == len(jobs) or jobs[j + 1][1] != length):
+            on_length(so_far())
     if progress is not None:
         progress(1.0, "done")
-    return {"rows": rows, "table": summarize(rows), "seconds": {k: round(v, 1) for k, v in seconds.items()}}
+    return so_far()
 
 
 def _answer(backbone, answers: AnswerCache, item, texts: list[str], chosen: list[int], gold: set[int]) -> dict:
@@ -215,7 +229,10 @@ def markdown(table: list[dict]) -> str:
 def run_benchmark(explorer, sample: int, lengths: Sequence[int], ns: Sequence[int], methods: Sequence[str],
                   seed: int = 0, out: str | None = None, distractors: str = "pool",
                   progress: Callable[[float, str], None] | None = None) -> dict:
-    """The benchmark on the offline data; the result (rows, summary, markdown, CPU time) optionally written.
+    """The benchmark on the offline data; the result (rows, summary, markdown, CPU time per length).
+
+    With ``out``, the result is written each time a length is complete (``"complete": false`` and the
+    setting saying which lengths are done until the last), so a stopped run leaves what it measured.
 
     ``distractors``: ``"pool"`` or ``"same-topic"`` (:data:`longcontext.DISTRACTORS`)."""
     from .longcontext import DISTRACTORS, offline_builder
@@ -223,16 +240,24 @@ def run_benchmark(explorer, sample: int, lengths: Sequence[int], ns: Sequence[in
     t0 = time.perf_counter()
     builder = offline_builder(explorer.backbone.tokenizer, sample, seed, distractors)
     answers = answer_cache("longcontext", keep=keeps(out))
-    result = run_longcontext(explorer, builder, lengths, ns, methods, progress, answers)
+
+    def written(partial: dict) -> dict:
+        done = partial["lengths_done"]
+        left = "" if len(done) == len(lengths) else (
+            f"; in progress: {', '.join(done)} of {', '.join(label(x) for x in lengths)} done")
+        result = partial | {
+            "distractors": distractors, "complete": not left,
+            "setting": f"{len(builder.items)} SQuAD-Shifts New-Wiki questions (seed {seed}); "
+                       f"{DISTRACTORS[distractors]}; distractor pool {len(builder.pool):,} passages (Wikipedia "
+                       "summaries, Paul Graham essays, a Gutenberg novel); model "
+                       f"{explorer.backbone.name}, head {explorer.head_source}; greedy, {MAX_NEW_TOKENS} new "
+                       f"tokens{left}",
+            "wall_seconds": round(time.perf_counter() - t0, 1), "markdown": markdown(partial["table"]),
+        }
+        return write_result(result, out, explorer)
+
+    result = run_longcontext(explorer, builder, lengths, ns, methods, progress, answers,
+                             on_length=written if out else None)
     if answers.export_every:
         answers.export()
-    result |= {
-        "distractors": distractors,
-        "setting": f"{len(builder.items)} SQuAD-Shifts New-Wiki questions (seed {seed}); {DISTRACTORS[distractors]}; "
-                   "distractor pool "
-                   f"{len(builder.pool):,} passages (Wikipedia summaries, Paul Graham essays, a Gutenberg novel); "
-                   f"model {explorer.backbone.name}, head {explorer.head_source}; greedy, "
-                   f"{MAX_NEW_TOKENS} new tokens",
-        "wall_seconds": round(time.perf_counter() - t0, 1), "markdown": markdown(result["table"]),
-    }
-    return write_result(result, out, explorer)
+    return written(result)
