@@ -229,3 +229,17 @@ def test_methods_an_index_cannot_serve_are_known_before_any_work(tmp_path, tiny,
     assert "no data for sparse" in capsys.readouterr().err
     with pytest.raises(InputError, match="cannot serve sparse"):
         _servable(ix, ["sparse"], explicit=True)
+
+
+def test_a_resumed_build_never_mixes_encoding_dtypes(tmp_path, tiny):
+    import copy
+    import dataclasses
+
+    import torch
+
+    folder = tmp_path / "ix"
+    idx.build_index(folder, tiny, PASSAGES[:3], layer=3, n_pool=7, shard_size=8, dense=False)
+    half = dataclasses.replace(tiny, model=copy.deepcopy(tiny.model).to(torch.bfloat16))
+    with pytest.raises(idx.IndexStoreError, match="encoded_in"):
+        idx.build_index(folder, half, PASSAGES[:3], layer=3, n_pool=7, shard_size=8, dense=False)
+    idx.build_index(folder, tiny, PASSAGES[:3], layer=3, n_pool=7, shard_size=8, dense=False)  # same: resumes

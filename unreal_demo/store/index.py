@@ -104,7 +104,7 @@ def build_index(
     Raises
     ------
     IndexStoreError
-        If ``out`` holds an index of another model, revision, ℓc, L_p, dtype or corpus.
+        If ``out`` holds an index of another model, revision, ℓc, L_p, dtype, encoding dtype or corpus.
     """
     if dtype not in ("fp16", "int8"):
         raise IndexStoreError(f"an index is encoded as fp16 or int8 (got {dtype!r}); "
@@ -113,7 +113,8 @@ def build_index(
     out = Path(out)
     identity = {"model": backbone.name, "revision": backbone.revision, "chunk_layer": layer, "n_pool": n_pool,
                 "dtype": dtype, "hidden_size": backbone.hidden_size, "shard_size": shard_size, "target": target,
-                "token_states": token_states, "dense": dense}
+                "token_states": token_states, "dense": dense,
+                "encoded_in": str(backbone.dtype).removeprefix("torch.")}  # a resumed build never mixes dtypes
     manifest_path = out / "manifest.json"
     count, offsets = tokenizer_counters(backbone.tokenizer)
     chunks = chunk_documents([p.text for p in passages], count, offsets, target)
@@ -121,7 +122,8 @@ def build_index(
         out.mkdir(parents=True, exist_ok=True)
         manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else None
         if manifest is not None:
-            clash = {k: (manifest.get(k), v) for k, v in identity.items() if manifest.get(k) != v}
+            before = {"encoded_in": "float32"} | manifest  # manifests older than the field were built in fp32
+            clash = {k: (before.get(k), v) for k, v in identity.items() if before.get(k) != v}
             if clash:
                 raise IndexStoreError(f"{out} holds an index built with other settings {clash}; use another folder")
             if manifest["chunks"] != len(chunks):
