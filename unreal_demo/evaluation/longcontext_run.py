@@ -190,8 +190,15 @@ def describe_peak(table: list[dict], method: str, length: int, metric: str = "f1
     vals = [_value(r, metric) for r in cells]
     best = max(range(len(cells)), key=lambda i: vals[i][0])
     (m, lo, hi), first, last = vals[best], vals[0], vals[-1]
-    shape = ("an inverted U: the peak's interval lies above both ends'" if 0 < best < len(cells) - 1
-             and lo > first[2] and lo > last[2] else "no peak within the 95% intervals")
+    ends = f"n = {cells[0]['n']}: {first[1]:.3f}–{first[2]:.3f}; n = {cells[-1]['n']}: {last[1]:.3f}–{last[2]:.3f}"
+    if 0 < best < len(cells) - 1 and lo > first[2] and lo > last[2]:
+        shape = "an inverted U: the peak's interval lies above both ends'"
+    elif first[1] > last[2]:
+        shape = f"no peak: it falls from the smallest n, beyond the 95% intervals ({ends})"
+    elif last[1] > first[2]:
+        shape = f"no peak: it rises to the largest n, beyond the 95% intervals ({ends})"
+    else:
+        shape = "no peak within the 95% intervals"
     return (f"{name} at {label(length)} ({cells[0]['questions']} questions per cell): {metric} is highest at "
             f"n = {cells[best]['n']} ({m:.3f}, 95% CI {lo:.3f}–{hi:.3f}) against {first[0]:.3f} at n = "
             f"{cells[0]['n']} and {last[0]:.3f} at n = {cells[-1]['n']}: {shape}. Evidence recall goes from "
