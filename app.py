@@ -70,7 +70,11 @@ def main() -> int:
     splash.step("importing Gradio and building the six tabs")
     from unreal_demo.ui.app import CSS, build_demo
 
-    demo = build_demo(loader)
+    try:
+        demo = build_demo(loader)
+    except Exception as exc:  # a bug: the page and any waiting client hear it, the log has the traceback
+        splash.fail(f"building the page failed: {type(exc).__name__}: {exc}")
+        raise
     splash.hand_over()
     try:
         demo.launch(server_name=args.host, server_port=splash.port, share=args.share, css=CSS,

@@ -39,7 +39,8 @@ def describe_result(result: dict | None, distractors: str, loader: Loading) -> s
         return (f"No precomputed results for {distractors} distractors yet: run `python -m unreal_demo bench "
                 f"longcontext --distractors {distractors} --out precomputed/{RESULTS[distractors]}` or use the "
                 "live run below.")
-    text = f"Precomputed: {result['setting']}. Command: `{result['command']}`."
+    made = result.get("command") or result.get("provenance", {}).get("command", "")
+    text = f"Precomputed: {result['setting']}. Command: `{made}`."
     if warning := head_mismatch(result, loader):
         text += f"\n\n⚠ {warning}"
     return text
