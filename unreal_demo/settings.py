@@ -19,6 +19,11 @@ DEFAULT_HEADS = {DEFAULT_MODEL: PRECOMPUTED / "heads" / "smollm2-135m" / "head"}
 MAX_CHARS = 2_000_000  # the most text one request may bring (a pasted or uploaded document)
 
 
+def in_precomputed(path: str | Path | None) -> bool:
+    """Whether ``path`` lies in the repository's ``precomputed/`` (a shipped result, head or run)."""
+    return path is not None and Path(path).resolve().is_relative_to(PRECOMPUTED)
+
+
 def display_path(path: str | Path) -> str:
     """``path`` relative to the repository, or as ``<cache>/…`` inside the cache folder, else as given
     when relative, else its last two parts; so no result or screen shows the machine's folders."""

@@ -177,10 +177,10 @@ def _split(cfg: TrainConfig) -> list[tuple[list[Passage], list[Question]]]:
 
 def _keys(cfg: TrainConfig, backbone, texts: list[str], progress=None) -> torch.Tensor:
     """Chunk keys at ℓc: local cache, else the repository's compressed copy of a shipped run's keys."""
-    from ..settings import PRECOMPUTED
+    from ..settings import in_precomputed
     from ..store.shipped_keys import training_keys
 
-    keep = bool(cfg.out) and Path(cfg.out).resolve().is_relative_to(PRECOMPUTED.resolve())  # a shipped run
+    keep = bool(cfg.out) and in_precomputed(cfg.out)  # a shipped run
     return training_keys(backbone, texts, cfg.chunk_layer, cfg.n_pool, cfg.chunk_tokens, keep, progress)
 
 

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from ..core.backbone import cache_dir
 from ..core.generation import answer_ids
-from ..settings import PRECOMPUTED
+from ..settings import PRECOMPUTED, in_precomputed
 
 MAX_NEW_TOKENS = 16
 EXPORT_EVERY = 50  # new answers between two exports of a run that keeps its answers in the repository
@@ -119,4 +119,4 @@ def answer_cache(name: str, keep: bool = False) -> AnswerCache:
 
 def keeps(out: str | Path | None) -> bool:
     """Whether a result written to ``out`` is a precomputed one (its answers are then kept too)."""
-    return out is not None and Path(out).resolve().is_relative_to(PRECOMPUTED.resolve())
+    return in_precomputed(out)

@@ -60,6 +60,11 @@ def provenance(explorer=None, argv: list[str] | None = None, prompt: str | None 
     return record
 
 
+def made_by(result: dict) -> str:
+    """The command that made a result: its provenance's, else the top-level one of older files."""
+    return result.get("provenance", {}).get("command") or result.get("command", "")
+
+
 def write_result(result: dict, out: str | Path | None, explorer=None, prompt: str | None = None) -> dict:
     """``result`` with its :func:`provenance`; written as JSON to ``out`` when given."""
     result = result | {"provenance": provenance(explorer, prompt=prompt)}

@@ -8,7 +8,7 @@ import gradio as gr
 import pandas as pd
 
 from ...core.head import QueryHead
-from ...evaluation.results import head_mismatch
+from ...evaluation.results import head_mismatch, made_by
 from ...pipeline import Loading
 from ...settings import PRECOMPUTED
 from .. import plots
@@ -39,8 +39,7 @@ def build_tab(loader: Loading) -> Ready:
         if result.exists():
             data = json.loads(result.read_text())
             table = pd.DataFrame(data["table"])
-            made = data.get("provenance", {})
-            gr.Markdown(f"**{title}** — {data['setting']}\n\n`{made.get('command', data.get('command'))}`")
+            gr.Markdown(f"**{title}** — {data['setting']}\n\n`{made_by(data)}`")
             if warning := head_mismatch(data, loader):
                 gr.Markdown(f"⚠ {warning}", elem_classes=["unreal-notice"])
             gr.Dataframe(table.drop(columns=["key"], errors="ignore"))
@@ -49,7 +48,7 @@ def build_tab(loader: Loading) -> Ready:
     ablations = PRECOMPUTED / "ablations.json"
     if ablations.exists():
         data = json.loads(ablations.read_text())
-        gr.Markdown(f"**Ablations on the dev split** — {data['setting']}\n\n`{data['command']}`\n\n"
+        gr.Markdown(f"**Ablations on the dev split** — {data['setting']}\n\n`{made_by(data)}`\n\n"
                     + data["markdown"])
     if loader.head is not None and loader.head.config.provenance:
         gr.JSON(loader.head.config.provenance, label="provenance")

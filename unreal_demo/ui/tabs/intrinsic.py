@@ -7,6 +7,7 @@ import json
 import gradio as gr
 
 from ...errors import InputError, UserError
+from ...evaluation.results import made_by
 from ...pipeline import Explorer, Loading, check_inputs
 from ...retrieval.intrinsic import gold_rank, intrinsic_scores
 from ...settings import PRECOMPUTED
@@ -23,7 +24,7 @@ def build_tab(loader: Loading) -> Ready:
     result_path = PRECOMPUTED / "intrinsic.json"
     if result_path.exists():
         result = json.loads(result_path.read_text())
-        gr.Markdown(f"**Benchmark** — {result['setting']}; `{result['command']}`")
+        gr.Markdown(f"**Benchmark** — {result['setting']}; `{made_by(result)}`")
         with gr.Row():
             gr.Plot(plots.layer_curves(result, 1))
             gr.Plot(plots.layer_curves(result, 5))

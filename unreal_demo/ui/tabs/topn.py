@@ -10,7 +10,7 @@ import pandas as pd
 from ...errors import UserError
 from ...evaluation.longcontext import DISTRACTORS, label
 from ...evaluation.longcontext_run import describe_peak
-from ...evaluation.results import head_mismatch
+from ...evaluation.results import head_mismatch, made_by
 from ...pipeline import Loading
 from ...settings import PRECOMPUTED
 from .. import plots
@@ -39,8 +39,7 @@ def describe_result(result: dict | None, distractors: str, loader: Loading) -> s
         return (f"No precomputed results for {distractors} distractors yet: run `python -m unreal_demo bench "
                 f"longcontext --distractors {distractors} --out precomputed/{RESULTS[distractors]}` or use the "
                 "live run below.")
-    made = result.get("command") or result.get("provenance", {}).get("command", "")
-    text = f"Precomputed: {result['setting']}. Command: `{made}`."
+    text = f"Precomputed: {result['setting']}. Command: `{made_by(result)}`."
     if warning := head_mismatch(result, loader):
         text += f"\n\n⚠ {warning}"
     return text

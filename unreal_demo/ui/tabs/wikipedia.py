@@ -16,7 +16,7 @@ from ...core.generation import prompt_ids, stream_answer
 from ...data.sources import load_corpus
 from ...errors import UserError
 from ...evaluation.qa import BOUNDS
-from ...evaluation.results import head_mismatch
+from ...evaluation.results import head_mismatch, made_by
 from ...pipeline import Explorer, Loading
 from ...retrieval.registry import names
 from ...settings import PRECOMPUTED, display_path
@@ -52,8 +52,7 @@ def qa_panel(loader: Loading | None = None) -> None:
                            "F1 95% CI": f"{r['f1'][1]:.2f}–{r['f1'][2]:.2f}", "answer contained": r["contained"],
                            "evidence recall@k": r["recall"], "F1 gap closed": r.get("f1_gap_closed")}
                           for r in rows]).astype({"k": "Int64"})
-    made = data.get("provenance", {})
-    gr.Markdown(f"{data['setting']}\n\n`{made.get('command', data.get('command'))}`")
+    gr.Markdown(f"{data['setting']}\n\n`{made_by(data)}`")
     if loader is not None and (warning := head_mismatch(data, loader)):
         gr.Markdown(f"⚠ {warning}", elem_classes=["unreal-notice"])
     gr.Dataframe(table)
