@@ -2,12 +2,14 @@
 
     python benchmarks/codecs.py [--index DIR] [--questions 1000] [--latency 200] [--centroids 4096]
 
-Every codec (fp16, int8, sq4, res3, res2, res1) is made from the same built fp16 index by
+Every codec (fp16, int8, sq4, pq2, rpq2, rpq3, res3, res2, res1) is made from the same built fp16 index by
 ``index.compress_index`` (no chunk re-encoded). The same UNREAL query vectors (C0 from BM25 over
 the same chunks) are scanned exactly over each codec's decoded vectors. Recall: the held-out
 New-Wiki questions of ``eval retrieval --corpus index`` (a hit: any chunk of the gold paragraph).
 Latency: one query at a time, after query encoding, median and p95. Load: a fresh process opens
 the index and answers one BM25-context UNREAL search (shard checksums, BM25, decoding included).
+Every compressed index keeps its MiniLM vectors by ``--dense-codec`` (default pq2, as shipped); the
+dense baseline's recall over them is reported beside the keys' (fp16 row: the fp16 vectors).
 """
 
 from __future__ import annotations
@@ -27,9 +29,10 @@ from index import disk, percentiles, timed_each  # sibling benchmark script
 from unreal_demo.evaluation.results import write_result
 from unreal_demo.evaluation.retrieval import metrics, sample_questions
 from unreal_demo.pipeline import Explorer
+from unreal_demo.retrieval.dense import embed
 from unreal_demo.retrieval.registry import contexts, query_vectors
 from unreal_demo.store.codec import CODECS, LOSSY
-from unreal_demo.store.index import Index, compress_index, default_folder
+from unreal_demo.store.index import DENSE_CODECS, Index, compress_index, default_folder
 
 LOAD = """
 import sys, time
@@ -50,6 +53,7 @@ def main() -> None:
     parser.add_argument("--questions", type=int, default=1000)
     parser.add_argument("--latency", type=int, default=200, help="queries timed one at a time")
     parser.add_argument("--centroids", type=int, default=4096)
+    parser.add_argument("--dense-codec", choices=DENSE_CODECS, default="pq2")
     parser.add_argument("--keep", default=None, help="keep the compressed indexes under this folder")
     parser.add_argument("--out", default="precomputed/bench_codecs.json")
     args = parser.parse_args()
@@ -67,13 +71,14 @@ def main() -> None:
     _, b_ids = base.bm25_topk(texts, c.n_context)
     q = query_vectors(explorer, texts, contexts(base, b_ids, c.n_context))  # (Q, G, d)
     encode_ms = (time.perf_counter() - t0) / len(texts) * 1e3
+    qd = embed(texts)  # (Q, 384) MiniLM query vectors
     work = Path(args.keep or tempfile.mkdtemp(prefix="codecs-"))
     rows, fp16_top = [], None
     for name in CODECS:
         t1 = time.perf_counter()
         folder = base.folder if name == "fp16" else work / name
         if name != "fp16" and not (folder / "manifest.json").exists():
-            compress_index(base.folder, folder, name, args.centroids)
+            compress_index(base.folder, folder, name, args.centroids, dense_codec=args.dense_codec)
         ix = Index(folder)
         compress_s = time.perf_counter() - t1
         _, top = ix.maxsim_topk(q, 20, normalize=c.normalize)  # decodes every shard once (kept)
@@ -89,21 +94,24 @@ def main() -> None:
         load = [float(subprocess.run([sys.executable, "-c", LOAD, str(folder)], capture_output=True, text=True,
                                      check=True).stdout) for _ in range(2)]
         m = metrics(top.tolist(), gold)
+        md = metrics(ix.dense_topk(qd, 10)[1].tolist(), gold)
         rows.append({"codec": name, "bytes_per_chunk": round(key_bytes / len(ix), 1),
                      "key_MB": round(key_bytes / 1e6, 2), "disk_MiB": disk(ix)["total_MiB"], "disk": disk(ix),
                      "top10_overlap_fp16": round(overlap, 4),
                      "R@1": m["R@1"], "R@10": m["R@10"], "MRR@10": m["MRR@10"], "R@1 95% CI": m["R@1 95% CI"],
-                     "scan_median_ms": lat["median_ms"], "scan_p95_ms": lat["p95_ms"],
+                     "dense": ix.manifest.get("dense_dtype") or "fp16", "dense R@1": md["R@1"],
+                     "dense R@10": md["R@10"], "scan_median_ms": lat["median_ms"], "scan_p95_ms": lat["p95_ms"],
                      "load_s": round(min(load), 2), "compress_s": round(compress_s, 1)})
         print(json.dumps(rows[-1]), flush=True)
     centroids = Index(work / "res2").manifest["compressed"]["centroids"]  # capped at vectors / 8
     lines = ["| codec | B/chunk | keys MB | disk MiB | top-10 overlap | R@1 | R@10 | MRR@10 | scan median / p95 ms "
-             "| load s |", "|---" * 10 + "|"]
+             "| load s | dense vectors: R@1 / R@10 |", "|---" * 11 + "|"]
     lines += [f"| {r['codec']} | {r['bytes_per_chunk']:,.0f} | {r['key_MB']} | {r['disk_MiB']} | "
               f"{r['top10_overlap_fp16']:.3f} | {r['R@1']:.3f} | {r['R@10']:.3f} | {r['MRR@10']:.3f} | "
-              f"{r['scan_median_ms']} / {r['scan_p95_ms']} | {r['load_s']} |" for r in rows]
+              f"{r['scan_median_ms']} / {r['scan_p95_ms']} | {r['load_s']} | "
+              f"{r['dense']}: {r['dense R@1']:.3f} / {r['dense R@10']:.3f} |" for r in rows]
     result = {"setting": f"{len(qs)} held-out New-Wiki questions (seed 0) against the {len(base):,}-chunk index; "
-                         f"UNREAL head {explorer.head_source}; res codecs over {centroids} k-means centroids; "
+                         f"UNREAL head {explorer.head_source}; res and rpq codecs over {centroids} k-means centroids; "
                          f"latency over {min(args.latency, len(qs))} single-query scans after query encoding "
                          f"({encode_ms:.0f} ms per query, batches of 16)",
               "query_encoding_ms_per_query": round(encode_ms, 1), "rows": rows, "markdown": "\n".join(lines)}

@@ -210,7 +210,8 @@ def _index(args: argparse.Namespace) -> None:
     if args.action == "compress":
         if not args.source:
             raise InputError("index compress needs --from DIR")
-        manifest = index.compress_index(args.source, args.out, args.codec, args.centroids)
+        manifest = index.compress_index(args.source, args.out, args.codec, args.centroids,
+                                        dense_codec=args.dense_codec)
         print(json.dumps({k: v for k, v in manifest.items() if k != "shards"} | {"shards": len(manifest["shards"])}))
         return
     if args.action == "build":
@@ -233,7 +234,8 @@ def _index(args: argparse.Namespace) -> None:
                                      token_states=args.token_states, dense=args.dense, state=state)
         bar.close()
         if lossy and state.is_main_process:
-            manifest = index.compress_index(folder, args.out, args.codec, args.centroids)
+            manifest = index.compress_index(folder, args.out, args.codec, args.centroids,
+                                            dense_codec=args.dense_codec)
             shutil.rmtree(folder)
         if state.is_main_process:
             summary = {k: v for k, v in manifest.items() if k != "shards"}
@@ -375,9 +377,13 @@ def build_parser() -> argparse.ArgumentParser:
     ix.add_argument("--out", help="index folder to build or to compress into")
     ix.add_argument("--from", dest="source", help="compress: the built index to compress (nothing is re-encoded)")
     ix.add_argument("--codec", choices=list(CODECS), default="fp16",
-                    help="key codec: fp16 | int8 | sq4 (4-bit per dimension) | res3 / res2 / res1 (k-means "
-                         "centroid + 3 / 2 / 1-bit residual per dimension)")
-    ix.add_argument("--centroids", type=int, default=4096, help="res3/res2/res1: k-means centroids")
+                    help="key codec: fp16 | int8 | sq4 (4-bit per dimension) | pq2 (product quantisation, "
+                         "2 bits per dimension) | rpq2 / rpq3 (k-means centroid + residual product-quantised at "
+                         "2 / 2.7 bits per dimension) | res3 / res2 / res1 (k-means centroid + 3 / 2 / 1-bit residual "
+                         "per dimension)")
+    ix.add_argument("--centroids", type=int, default=4096, help="rpq*/res*: k-means centroids")
+    ix.add_argument("--dense-codec", choices=["int8", "pq2"], default="int8",
+                    help="a compressed index's MiniLM vectors: int8 (386 B) or pq2 (product quantised, 96 B)")
     ix.add_argument("--corpus", nargs="+", default=["all"],
                     help="new_wiki | squad_dev | summaries | enwiki | all | a JSONL of {id, title, text}")
     ix.add_argument("--shard-size", type=int, default=1024, help="chunks per shard (the unit of resume)")

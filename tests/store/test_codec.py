@@ -33,15 +33,16 @@ def test_decode_within_the_stated_bound(name):
         assert inside.mean() > 0.99
         err = err[inside]
     assert err.max() <= bound, (name, err.max(), bound)
-    assert codec.bytes_per_vector(32) == {"fp16": 64, "int8": 34, "sq4": 16, "res3": 14, "res2": 10, "res1": 6}[name]
+    assert codec.bytes_per_vector(32) == {"fp16": 64, "int8": 34, "sq4": 16, "pq2": 8, "rpq2": 10, "rpq3": 13,
+                                          "res3": 14, "res2": 10, "res1": 6}[name]
     sizes = sum(a.nbytes for a in codec.encode(X).values()) / (300 * 7)
     assert sizes == pytest.approx(codec.bytes_per_vector(32), abs=0.01)
 
 
 def test_residual_codes_beat_their_centroids():
-    """The b-bit residual adds information: decoded vectors are closer than their centroids alone."""
+    """The residual codes add information: decoded vectors are closer than their centroids alone."""
     flat = cd.normalize(X).reshape(-1, 32)
-    for name in ("res1", "res2", "res3"):
+    for name in ("res1", "res2", "res3", "rpq2", "rpq3"):
         codec = cd.fit(name, flat, centroids=16)
         arrays = codec.encode(X)
         centroid_only = codec.state["centroids"].astype(np.float32)[arrays["cid"].reshape(-1).astype(int)]
@@ -55,7 +56,7 @@ def built(tmp_path, tiny):
     return tmp_path / "ix"
 
 
-@pytest.mark.parametrize("name", ["sq4", "res3", "res2", "res1", "int8"])
+@pytest.mark.parametrize("name", ["sq4", "pq2", "rpq2", "rpq3", "res3", "res2", "res1", "int8"])
 def test_compressed_search_equals_brute_force_over_decoded(tmp_path, built, name):
     m = idx.compress_index(built, tmp_path / name, name, centroids=16)
     assert m["dtype"] == name and (tmp_path / name / "chunks.jsonl.gz").exists()

@@ -347,11 +347,11 @@ def check_resume(cfg: TrainConfig, out: Path) -> None:
 def output_folder(cfg: TrainConfig, force: bool = False) -> Path:
     """Where a run writes: ``cfg.out``, else ``<cache>/heads/<model>-l<ℓc>``. A finished head under
     ``precomputed/`` (a shipped head) is never overwritten without ``force``."""
-    from ..settings import PRECOMPUTED
+    from ..settings import in_precomputed
     from .backbone import cache_dir
 
     out = Path(cfg.out) if cfg.out else cache_dir() / "heads" / f"{cfg.model.replace('/', '_')}-l{cfg.chunk_layer}"
-    if (out / "head.safetensors").exists() and out.resolve().is_relative_to(PRECOMPUTED) and not force:
+    if (out / "head.safetensors").exists() and in_precomputed(out) and not force:
         raise TrainError(f"{out} holds a shipped head; give another --out, or --force to train over it")
     return out
 

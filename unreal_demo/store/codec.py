@@ -12,11 +12,18 @@ into float vectors; the index scan always scores exact MaxSim (Eq. 4) over the d
 | ``res3`` / ``res2`` / ``res1`` | 2 + b·d/8 = 218 / 146 / 74 B | ColBERTv2-style residual codes: a k-means centroid id
   (``faiss.Kmeans``) and a b-bit code per dimension of the residual; per dimension, the 2^b buckets
   are cut at residual quantiles and decoded to each bucket's median |
+| ``pq2`` | d/4 = 144 B | product quantisation (``faiss.ProductQuantizer``): one 8-bit code per 4-dimension
+  sub-vector, 2 bits per dimension, codebooks fitted by k-means per sub-space |
+| ``rpq2`` / ``rpq3`` | 2 + d/4 = 146 B / 2 + d/3 = 194 B | the same centroid id as ``res2``, and the residual
+  product-quantised (IVF-PQ's code) with 4- / 3-dimension sub-vectors (2 / 2.7 bits per dimension) |
 
-The lossy codecs (``sq4``, ``res3``, ``res2``, ``res1``) store L2-normalised vectors: the UNREAL head scores
-normalised keys, so the norm is not worth bits. Written here rather than taken from faiss: the
+A dimension that the sub-vector size does not divide is padded with zeros (they cost one code).
+
+The lossy codecs (all but ``fp16`` and ``int8``) store L2-normalised vectors:
+the UNREAL head scores normalised keys, so the norm is not worth bits. Written here rather than taken from faiss: the
 b-bit residual codes (faiss has no 1-, 2- or 3-bit per-dimension residual quantiser; its
-``ResidualQuantizer`` is additive quantisation, a different code) — about 40 lines of NumPy.
+``ResidualQuantizer`` is additive quantisation, a different code) — about 40 lines of NumPy. The product
+quantisers' codes come from faiss; their decoding is one NumPy lookup, so a shipped index opens without it.
 
 Example
 -------
@@ -38,8 +45,9 @@ import numpy as np
 
 from ..errors import UserError
 
-CODECS = ("fp16", "int8", "sq4", "res3", "res2", "res1")
-LOSSY = ("sq4", "res3", "res2", "res1")
+CODECS = ("fp16", "int8", "sq4", "pq2", "rpq2", "rpq3", "res3", "res2", "res1")
+LOSSY = CODECS[2:]
+PQ_DSUB = {"pq2": 4, "rpq2": 4, "rpq3": 3}  # dimensions per 8-bit product-quantiser code
 
 
 class CodecError(UserError):
@@ -85,7 +93,12 @@ class Codec:
         flat = normalize(x).reshape(-1, d)
         if self.name == "sq4":
             return {"codes": self._sq().compute_codes(flat).reshape(n, p, -1)}
+        if self.name == "pq2":
+            return {"codes": self._pq_codes(flat).reshape(n, p, -1)}
         cid = self._assign(flat)
+        if self.name in PQ_DSUB:
+            residual = flat - self.state["centroids"].astype(np.float32)[cid]  # (N, d)
+            return {"cid": cid.astype(np.uint16).reshape(n, p), "codes": self._pq_codes(residual).reshape(n, p, -1)}
         residual = flat - self.state["centroids"].astype(np.float32)[cid]  # (N, d)
         codes = (residual[:, :, None] > self.state["cutoffs"][None]).sum(-1).astype(np.uint8)  # (N, d)
         bits = ((codes[:, :, None] >> np.arange(self.bits)[::-1]) & 1).astype(np.uint8)  # (N, d, b), MSB first
@@ -101,15 +114,38 @@ class Codec:
         n, p, _ = codes.shape
         if self.name == "sq4":
             return self._sq().decode(codes.reshape(n * p, -1)).reshape(n, p, -1)
+        if self.name == "pq2":
+            return self._pq_decode(codes.reshape(n * p, -1)).reshape(n, p, -1)
+        cid = np.asarray(arrays["cid"]).reshape(-1).astype(np.intp)
         d = self.state["centroids"].shape[1]
+        if self.name in PQ_DSUB:
+            decoded = self.state["centroids"][cid].astype(np.float32) + self._pq_decode(codes.reshape(n * p, -1))
+            return decoded.reshape(n, p, d)
         bits = np.unpackbits(codes.reshape(n * p, -1), axis=1, count=d * self.bits).reshape(n * p, d, self.bits)
         code = (bits * (1 << np.arange(self.bits)[::-1]).astype(np.uint8)).sum(-1)  # (N, d)
         residual = np.take_along_axis(self.state["weights"][None], code[:, :, None].astype(np.intp), 2)[..., 0]
-        cid = np.asarray(arrays["cid"]).reshape(-1).astype(np.intp)
         return (self.state["centroids"][cid].astype(np.float32) + residual).reshape(n, p, d)
 
     def bytes_per_vector(self, d: int) -> float:
+        if self.name in PQ_DSUB:
+            return -(-d // PQ_DSUB[self.name]) + (0 if self.name == "pq2" else 2)  # one byte per sub-vector
         return {"fp16": 2 * d, "int8": d + 2, "sq4": d / 2}.get(self.name, 2 + self.bits * d / 8)
+
+    def _pq_codes(self, flat: np.ndarray) -> np.ndarray:
+        """The nearest sub-centroid of every sub-vector ``(N, M)`` uint8 (faiss ``ProductQuantizer``)."""
+        import faiss
+
+        book = self.state["pq"]  # (M, K, d' / M), d' = d padded to a multiple of the sub-vector size
+        m, _, dsub = book.shape
+        pq = faiss.ProductQuantizer(m * dsub, m, 8)
+        faiss.copy_array_to_vector(book.astype(np.float32).ravel(), pq.centroids)
+        return pq.compute_codes(_pad(flat, m * dsub))
+
+    def _pq_decode(self, codes: np.ndarray) -> np.ndarray:
+        """Sub-vectors looked up in the codebooks ``(N, d)`` float32 (NumPy; faiss is not needed to decode)."""
+        book = self.state["pq"]  # (M, K, d' / M)
+        d = self.state["centroids"].shape[1] if "centroids" in self.state else int(self.state["dim"])
+        return book[np.arange(book.shape[0]), codes.astype(np.intp)].reshape(len(codes), -1)[:, :d].astype(np.float32)
 
     def _sq(self):
         import faiss
@@ -148,16 +184,45 @@ def fit(name: str, sample: np.ndarray, centroids: int = 4096, seed: int = 0) -> 
         # faiss's own training gave different ranges for the same vectors after other work in the process
         s, o = np.sort(flat, axis=0), int(0.001 * len(flat))  # (N, d)
         return Codec(name, {"trained": np.concatenate([s[o], s[len(flat) - 1 - o] - s[o]]).astype(np.float32)})
+    if name == "pq2":
+        return Codec(name, _fit_pq(flat, PQ_DSUB[name], seed) | {"dim": np.array(d)})
     k = int(max(1, min(centroids, len(flat) // 8)))
     km = faiss.Kmeans(d, k, niter=20, seed=seed, spherical=True, max_points_per_centroid=64, verbose=False)
     km.train(flat)
     codec = Codec(name, {"centroids": km.centroids.astype(np.float16)})
     residual = flat - codec.state["centroids"].astype(np.float32)[codec._assign(flat)]  # (N, d)
+    if name in PQ_DSUB:
+        codec.state |= _fit_pq(residual, PQ_DSUB[name], seed)
+        return codec
     buckets = 1 << codec.bits
     codec.state["cutoffs"] = np.quantile(residual, np.arange(1, buckets) / buckets, axis=0).T.astype(np.float32)
     codec.state["weights"] = np.quantile(residual, (np.arange(buckets) + 0.5) / buckets, axis=0).T.astype(np.float32)
     codec.state["range"] = np.stack([residual.min(0), residual.max(0)], 1).astype(np.float32)  # (d, 2)
     return codec
+
+
+def _pad(flat: np.ndarray, width: int) -> np.ndarray:
+    """``(N, d)`` float32, zero-padded on the right to ``(N, width)``, contiguous (faiss's input)."""
+    out = np.zeros((len(flat), width), dtype=np.float32)
+    out[:, : flat.shape[1]] = flat
+    return out
+
+
+def _fit_pq(flat: np.ndarray, dsub: int, seed: int) -> dict[str, np.ndarray]:
+    """Product-quantiser codebooks ``pq`` ``(d' / dsub, 256, dsub)`` trained by faiss (k-means per
+    sub-space; d' = d padded to a multiple of ``dsub``; a sample under 256 vectors is repeated), and
+    ``max_err``, the largest per-component error on the vectors it was fitted on (its stated bound)."""
+    import faiss
+
+    n, d = flat.shape
+    m = -(-d // dsub)  # sub-vectors
+    x = _pad(flat, m * dsub)  # (N, d')
+    pq = faiss.ProductQuantizer(m * dsub, m, 8)
+    pq.cp.seed, pq.cp.niter = seed, 25
+    pq.train(np.resize(x, (max(n, 256), m * dsub)))
+    book = faiss.vector_to_array(pq.centroids).reshape(m, 256, dsub)
+    err = np.abs(pq.decode(pq.compute_codes(x)) - x).max()
+    return {"pq": book.astype(np.float32), "max_err": np.array(err, dtype=np.float32)}
 
 
 def load(path: Path) -> Codec:
@@ -175,6 +240,8 @@ def error_bound(codec: Codec, x: np.ndarray) -> float:
         return float(np.abs(x).max()) * 2.0 ** -11
     if codec.name == "int8":
         return float(np.abs(x).max(-1).max()) / 127.0 / 2 + 1e-3
+    if codec.name in PQ_DSUB:
+        return float(codec.state["max_err"]) + 1e-6
     if codec.name == "sq4":
         t = codec.state["trained"]
         return float(t[len(t) // 2 :].max()) / 15 / 2 + 1e-6  # half a step of the widest dimension

@@ -6,7 +6,9 @@ Layout of an index folder::
     chunks.jsonl[.gz]    one line per chunk: id, passage id, title, source, text
     shard_00000.npy      (n, L_p, d) float16 — or int8 with shard_00000.scale.npy (n, L_p) float16
     shard_00000.codes.npy, shard_00000.cid.npy   the codes of a compressed index (:mod:`codec`)
-    codec.npz            the fitted codec of a compressed index (centroids, buckets, ranges)
+    codec.npz            the fitted codec of a compressed index (centroids, buckets or PQ codebooks, ranges)
+    dense_00000.npy      (n, 384) MiniLM vectors: fp16, int8 with dense_00000.dscale.npy, or pq2 codes
+                         dense_00000.pq.npy with their codebooks in dense_codec.npz
     bm25/                the bm25s index over the same chunks (rebuilt in memory when absent)
 
 The index depends only on the backbone and ℓc, never on the trained ρ/α, so a retrained head
@@ -14,8 +16,8 @@ searches the same index (``"head_independent": true`` in the manifest). A build 
 to a temporary name, renames it, then records its checksum in the manifest: a killed build resumes
 after the last recorded shard and search never reads a half-written one.
 
-A compressed index (``sq4``, ``res3``, ``res2``, ``res1``) is made from a built one by :func:`compress_index`
-without re-encoding any chunk; its shards are decoded once per opened index (kept as fp16, the
+A compressed index (``sq4``, ``pq2``, ``rpq2``, ``rpq3``, ``res3``, ``res2``, ``res1``) is made from a built one by
+:func:`compress_index` without re-encoding any chunk; its shards are decoded once per opened index (kept as fp16, the
 size of an fp16 index in memory) and scanned exactly as an fp16 index.
 """
 
@@ -182,13 +184,17 @@ def build_index(
     return json.loads(manifest_path.read_text())
 
 
+DENSE_CODECS = ("int8", "pq2")
+
+
 def compress_index(src: str | Path, out: str | Path, codec: str, centroids: int = 4096, sample: int = 262144,
-                   dense: bool = True, bm25: bool = False, seed: int = 0) -> dict:
+                   dense: bool = True, bm25: bool = False, seed: int = 0, dense_codec: str = "int8") -> dict:
     """Write a compressed copy of the index in ``src`` to ``out`` without re-encoding any chunk.
 
     The codec is fitted on (a seeded sample of at most ``sample``) stored vectors; every shard is
     decoded from ``src`` and re-encoded. The chunk texts are gzipped; the MiniLM vectors (``dense``)
-    are kept as int8 with a per-chunk scale; token states are left out; the BM25 index is copied only
+    are kept as int8 with a per-chunk scale (384 + 2 B), or with ``dense_codec="pq2"`` product-quantised
+    (96 B; the codebooks in ``dense_codec.npz``); token states are left out; the BM25 index is copied only
     with ``bm25`` (else rebuilt in memory at load). Returns the manifest.
 
     Raises
@@ -198,6 +204,8 @@ def compress_index(src: str | Path, out: str | Path, codec: str, centroids: int 
     """
     if codec not in CODECS:
         raise IndexStoreError(f"unknown codec {codec!r}; use one of {', '.join(CODECS)}")
+    if dense_codec not in DENSE_CODECS:
+        raise IndexStoreError(f"unknown dense codec {dense_codec!r}; use one of {', '.join(DENSE_CODECS)}")
     source, out = Index(src), Path(out)
     if (out / "manifest.json").exists():
         raise IndexStoreError(f"{out} already holds an index; use another folder")
@@ -212,11 +220,20 @@ def compress_index(src: str | Path, out: str | Path, codec: str, centroids: int 
     if codec in LOSSY:
         fitted.save(out / "codec.npz")
         m["codec_sha256"] = sha256_file(out / "codec.npz")
+    dense = bool(dense and m.get("dense"))
+    dense_fit = None
+    if dense and dense_codec != "int8":
+        every = np.concatenate([np.asarray(sh["dense"], np.float32) for sh in source.shards])  # (M, 384)
+        dense_fit = fit_codec(dense_codec, every, seed=seed)
+        dense_fit.save(out / "dense_codec.npz")
+        m["dense_codec_sha256"] = sha256_file(out / "dense_codec.npz")
     shards = []
     for n, (v, sh) in enumerate(zip(vectors, source.shards, strict=True)):
         files = {f"shard_{n:05d}" + ("" if role == "keys" else f".{role}") + ".npy": arr
                  for role, arr in fitted.encode(v).items()}
-        if dense and "dense" in sh:
+        if dense_fit is not None:
+            files[f"dense_{n:05d}.pq.npy"] = dense_fit.encode(np.asarray(sh["dense"], np.float32)[:, None])["codes"]
+        elif dense:
             q, scale = quantize_int8(np.asarray(sh["dense"], dtype=np.float32))
             files |= {f"dense_{n:05d}.npy": q, f"dense_{n:05d}.dscale.npy": scale}
         shards.append({"n": int(len(v)), "files": {name: _save(out, name, arr) for name, arr in files.items()}})
@@ -224,7 +241,8 @@ def compress_index(src: str | Path, out: str | Path, codec: str, centroids: int 
         shutil.copyfileobj(f, g)
     if bm25:
         shutil.copytree(source.folder / "bm25", out / "bm25")
-    m |= {"dtype": codec, "shards": shards, "token_states": False, "dense": bool(dense and m.get("dense")),
+    m |= {"dtype": codec, "shards": shards, "token_states": False, "dense": dense,
+          "dense_dtype": dense_codec if dense else None,
           "compressed": {"from_codec": source.manifest["dtype"], "centroids": int(fitted.state["centroids"].shape[0])
                          if "centroids" in fitted.state else None, "fit_vectors": int(min(sample, len(flat))),
                          "fit_seconds": round(fit_seconds, 1)}}
@@ -233,6 +251,7 @@ def compress_index(src: str | Path, out: str | Path, codec: str, centroids: int 
 
 
 ROLES = (("scale", ".scale.npy"), ("codes", ".codes.npy"), ("cid", ".cid.npy"), ("dense_scale", ".dscale.npy"),
+         ("dense_codes", ".pq.npy"),
          ("tokens", "tokens_"), ("lengths", "lengths_"), ("dense", "dense_"), ("keys", "shard_"))
 
 
@@ -269,6 +288,12 @@ class Index:
             if not path.exists() or (verify and sha256_file(path) != self.manifest.get("codec_sha256")):
                 raise IndexStoreError(f"{path} is missing or fails its checksum; compress the index again")
             self.codec = load_codec(path)
+        self.dense_codec = None
+        if "dense_codec_sha256" in self.manifest:
+            path = self.folder / "dense_codec.npz"
+            if not path.exists() or (verify and sha256_file(path) != self.manifest["dense_codec_sha256"]):
+                raise IndexStoreError(f"{path} is missing or fails its checksum; compress the index again")
+            self.dense_codec = load_codec(path)
         self.shards: list[dict] = []  # per shard: keys or codes, and scale / tokens / lengths / dense
         for entry in self.manifest["shards"]:
             arrays = {}
@@ -417,6 +442,8 @@ class Index:
         self._need("dense")
 
         def score(sh: dict) -> torch.Tensor:
+            if "dense_codes" in sh:  # product-quantised: decoded per shard, (n, 384) unit vectors
+                return qv @ torch.from_numpy(self.dense_codec.decode({"codes": sh["dense_codes"]})[:, 0]).T
             vectors = torch.from_numpy(sh["dense"]).float()  # (n, 384), fp16 or int8 with a per-chunk scale
             if "dense_scale" in sh:
                 vectors = vectors * torch.from_numpy(sh["dense_scale"]).float()[:, None]
