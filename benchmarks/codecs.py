@@ -31,8 +31,8 @@ from unreal_demo.evaluation.retrieval import metrics, sample_questions
 from unreal_demo.pipeline import Explorer
 from unreal_demo.retrieval.dense import embed
 from unreal_demo.retrieval.registry import contexts, query_vectors
-from unreal_demo.store.codec import CODECS, LOSSY
-from unreal_demo.store.index import DENSE_CODECS, Index, compress_index, default_folder
+from unreal_demo.store.codec import CODECS, DENSE_CODECS, LOSSY
+from unreal_demo.store.index import Index, compress_index, default_folder
 
 LOAD = """
 import sys, time

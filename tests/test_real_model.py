@@ -57,7 +57,7 @@ def test_shipped_index_answers_without_a_build(explorer):
     New-Wiki paragraph among its 20,354 chunks."""
     from unreal_demo.data.sources import load_squad
     from unreal_demo.store import index as ix
-    from unreal_demo.store.codec import LOSSY
+    from unreal_demo.store.codec import DENSE_CODECS, LOSSY
 
     shipped = ix.shipped_folder(explorer, "all")
     if not (shipped / "manifest.json").exists():
@@ -69,5 +69,5 @@ def test_shipped_index_answers_without_a_build(explorer):
     bm25 = ix.search(index, explorer, q.text, 10, "bm25")["hits"]
     assert len(hits) == 10 and any(h["passage"] == q.passage_id for h in hits + bm25)
     assert index.manifest["dtype"] in LOSSY and index.manifest["chunks"] == 20_354
-    assert index.manifest.get("dense_dtype") in (None, "int8", "pq2")
+    assert index.manifest.get("dense_dtype") in (None, *DENSE_CODECS)
     assert ix.default_index(explorer) == shipped or (ix.default_folder(explorer, "all") / "manifest.json").exists()

@@ -16,7 +16,7 @@ from .core.chunking import CHUNK_TOKENS
 from .errors import InputError, UserError
 from .retrieval import registry as retrieval
 from .settings import DEFAULT_HEADS, display_path
-from .store.codec import CODECS
+from .store.codec import CODECS, DENSE_CODECS
 
 
 def _ask(args: argparse.Namespace) -> None:
@@ -382,7 +382,7 @@ def build_parser() -> argparse.ArgumentParser:
                          "2 / 2.7 bits per dimension) | res3 / res2 / res1 (k-means centroid + 3 / 2 / 1-bit residual "
                          "per dimension)")
     ix.add_argument("--centroids", type=int, default=4096, help="rpq*/res*: k-means centroids")
-    ix.add_argument("--dense-codec", choices=["int8", "pq2"], default="int8",
+    ix.add_argument("--dense-codec", choices=list(DENSE_CODECS), default="int8",
                     help="a compressed index's MiniLM vectors: int8 (386 B) or pq2 (product quantised, 96 B)")
     ix.add_argument("--corpus", nargs="+", default=["all"],
                     help="new_wiki | squad_dev | summaries | enwiki | all | a JSONL of {id, title, text}")

@@ -48,6 +48,7 @@ from ..errors import UserError
 CODECS = ("fp16", "int8", "sq4", "pq2", "rpq2", "rpq3", "res3", "res2", "res1")
 LOSSY = CODECS[2:]
 PQ_DSUB = {"pq2": 4, "rpq2": 4, "rpq3": 3}  # dimensions per 8-bit product-quantiser code
+DENSE_CODECS = ("int8", "pq2")  # the codecs a compressed index may keep its MiniLM vectors in
 
 
 class CodecError(UserError):
@@ -96,10 +97,9 @@ class Codec:
         if self.name == "pq2":
             return {"codes": self._pq_codes(flat).reshape(n, p, -1)}
         cid = self._assign(flat)
-        if self.name in PQ_DSUB:
-            residual = flat - self.state["centroids"].astype(np.float32)[cid]  # (N, d)
-            return {"cid": cid.astype(np.uint16).reshape(n, p), "codes": self._pq_codes(residual).reshape(n, p, -1)}
         residual = flat - self.state["centroids"].astype(np.float32)[cid]  # (N, d)
+        if self.name in PQ_DSUB:
+            return {"cid": cid.astype(np.uint16).reshape(n, p), "codes": self._pq_codes(residual).reshape(n, p, -1)}
         codes = (residual[:, :, None] > self.state["cutoffs"][None]).sum(-1).astype(np.uint8)  # (N, d)
         bits = ((codes[:, :, None] >> np.arange(self.bits)[::-1]) & 1).astype(np.uint8)  # (N, d, b), MSB first
         return {"cid": cid.astype(np.uint16).reshape(n, p), "codes": np.packbits(bits.reshape(len(flat), -1),

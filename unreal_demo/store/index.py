@@ -42,7 +42,7 @@ from ..core.maxsim import inverse_norms, maxsim
 from ..core.selection import BM25, score_rows
 from ..data.sources import Passage, sha256_file
 from ..errors import UserError
-from .codec import CODECS, LOSSY, Codec, quantize_int8
+from .codec import CODECS, DENSE_CODECS, LOSSY, Codec, quantize_int8
 from .codec import fit as fit_codec
 from .codec import load as load_codec
 
@@ -184,9 +184,6 @@ def build_index(
     return json.loads(manifest_path.read_text())
 
 
-DENSE_CODECS = ("int8", "pq2")
-
-
 def compress_index(src: str | Path, out: str | Path, codec: str, centroids: int = 4096, sample: int = 262144,
                    dense: bool = True, bm25: bool = False, seed: int = 0, dense_codec: str = "int8") -> dict:
     """Write a compressed copy of the index in ``src`` to ``out`` without re-encoding any chunk.
@@ -221,20 +218,20 @@ def compress_index(src: str | Path, out: str | Path, codec: str, centroids: int 
         fitted.save(out / "codec.npz")
         m["codec_sha256"] = sha256_file(out / "codec.npz")
     dense = bool(dense and m.get("dense"))
+    dense_vectors = [source.dense_vectors(sh) for sh in source.shards] if dense else []  # (n, 384) each
     dense_fit = None
     if dense and dense_codec != "int8":
-        every = np.concatenate([np.asarray(sh["dense"], np.float32) for sh in source.shards])  # (M, 384)
-        dense_fit = fit_codec(dense_codec, every, seed=seed)
+        dense_fit = fit_codec(dense_codec, np.concatenate(dense_vectors), seed=seed)
         dense_fit.save(out / "dense_codec.npz")
         m["dense_codec_sha256"] = sha256_file(out / "dense_codec.npz")
     shards = []
-    for n, (v, sh) in enumerate(zip(vectors, source.shards, strict=True)):
+    for n, v in enumerate(vectors):
         files = {f"shard_{n:05d}" + ("" if role == "keys" else f".{role}") + ".npy": arr
                  for role, arr in fitted.encode(v).items()}
         if dense_fit is not None:
-            files[f"dense_{n:05d}.pq.npy"] = dense_fit.encode(np.asarray(sh["dense"], np.float32)[:, None])["codes"]
+            files[f"dense_{n:05d}.pq.npy"] = dense_fit.encode(dense_vectors[n][:, None])["codes"]
         elif dense:
-            q, scale = quantize_int8(np.asarray(sh["dense"], dtype=np.float32))
+            q, scale = quantize_int8(dense_vectors[n])
             files |= {f"dense_{n:05d}.npy": q, f"dense_{n:05d}.dscale.npy": scale}
         shards.append({"n": int(len(v)), "files": {name: _save(out, name, arr) for name, arr in files.items()}})
     with (source.folder / "chunks.jsonl").open("rb") as f, gzip.open(out / "chunks.jsonl.gz", "wb", 9) as g:
@@ -266,7 +263,7 @@ class Index:
     ----------
     folder : the index folder.
     verify : check every shard's SHA-256 against the manifest.
-    decode_budget : bytes of decoded fp16 keys a compressed index keeps in memory (default 4 GiB).
+    decode_budget : bytes of decoded keys (fp16) and dense vectors a compressed index keeps in memory (default 4 GiB).
     """
 
     def __init__(self, folder: str | Path, verify: bool = True, decode_budget: int = 4 << 30) -> None:
@@ -284,16 +281,8 @@ class Index:
                                   "run the build again to resume")
         self.codec = Codec(self.manifest["dtype"])
         if self.codec.name in LOSSY:
-            path = self.folder / "codec.npz"
-            if not path.exists() or (verify and sha256_file(path) != self.manifest.get("codec_sha256")):
-                raise IndexStoreError(f"{path} is missing or fails its checksum; compress the index again")
-            self.codec = load_codec(path)
-        self.dense_codec = None
-        if "dense_codec_sha256" in self.manifest:
-            path = self.folder / "dense_codec.npz"
-            if not path.exists() or (verify and sha256_file(path) != self.manifest["dense_codec_sha256"]):
-                raise IndexStoreError(f"{path} is missing or fails its checksum; compress the index again")
-            self.dense_codec = load_codec(path)
+            self.codec = self._codec_file("codec", verify)
+        self.dense_codec = self._codec_file("dense_codec", verify) if "dense_codec_sha256" in self.manifest else None
         self.shards: list[dict] = []  # per shard: keys or codes, and scale / tokens / lengths / dense
         for entry in self.manifest["shards"]:
             arrays = {}
@@ -306,6 +295,13 @@ class Index:
         self._chunks: list[dict] | None = None
         self._bm25 = None
         self._pool: ThreadPoolExecutor | None = None
+
+    def _codec_file(self, name: str, verify: bool) -> Codec:
+        """The fitted codec in ``<name>.npz``, checked against the manifest's ``<name>_sha256``."""
+        path = self.folder / f"{name}.npz"
+        if not path.exists() or (verify and sha256_file(path) != self.manifest.get(f"{name}_sha256")):
+            raise IndexStoreError(f"{path} is missing or fails its checksum; compress the index again")
+        return load_codec(path)
 
     def __len__(self) -> int:
         return self.manifest["chunks"]
@@ -323,14 +319,27 @@ class Index:
         """A shard's stored keys as the scan reads them, and the int8 scale (or None). A compressed shard
         is decoded to fp16 (unit vectors) and kept while the decoded shards fit ``decode_budget`` bytes;
         beyond it, every scan decodes it again (memory stays bounded for any index size)."""
-        if "keys" in shard:
-            keys = shard["keys"]
-        else:
-            keys = self.codec.decode(shard).astype(np.float16)  # (n, L_p, d)
-            if self._decoded_bytes + keys.nbytes <= self.decode_budget:
-                shard["keys"], self._decoded_bytes = keys, self._decoded_bytes + keys.nbytes
+        keys = self._kept(shard, "keys", lambda: self.codec.decode(shard).astype(np.float16))  # (n, L_p, d)
         scale = shard.get("scale")
         return torch.from_numpy(keys), None if scale is None else torch.from_numpy(scale)
+
+    def dense_vectors(self, shard: dict) -> np.ndarray:
+        """A shard's MiniLM vectors ``(n, 384)`` float32: stored fp16, int8 times its per-chunk scale, or
+        pq2 codes decoded (kept within ``decode_budget``, as decoded keys are)."""
+        if "dense_codes" in shard:
+            return self._kept(shard, "dense", lambda: self.dense_codec.decode({"codes": shard["dense_codes"]})[:, 0])
+        vectors = np.asarray(shard["dense"], dtype=np.float32)
+        return vectors * shard["dense_scale"].astype(np.float32)[:, None] if "dense_scale" in shard else vectors
+
+    def _kept(self, shard: dict, role: str, decode: Callable[[], np.ndarray]) -> np.ndarray:
+        """``shard[role]``, else ``decode()``, kept in the shard while all decoded arrays fit ``decode_budget``
+        bytes; beyond it, every call decodes again (memory stays bounded for any index size)."""
+        if role in shard:
+            return shard[role]
+        out = decode()
+        if self._decoded_bytes + out.nbytes <= self.decode_budget:
+            shard[role], self._decoded_bytes = out, self._decoded_bytes + out.nbytes
+        return out
 
     def vectors(self, shard: dict) -> torch.Tensor:
         """A shard's chunk vectors ``(n, L_p, d)`` float32 (dequantised or decoded)."""
@@ -441,15 +450,7 @@ class Index:
         """Cosine of MiniLM query embeddings ``(B, 384)`` with the stored chunk embeddings, top-k."""
         self._need("dense")
 
-        def score(sh: dict) -> torch.Tensor:
-            if "dense_codes" in sh:  # product-quantised: decoded per shard, (n, 384) unit vectors
-                return qv @ torch.from_numpy(self.dense_codec.decode({"codes": sh["dense_codes"]})[:, 0]).T
-            vectors = torch.from_numpy(sh["dense"]).float()  # (n, 384), fp16 or int8 with a per-chunk scale
-            if "dense_scale" in sh:
-                vectors = vectors * torch.from_numpy(sh["dense_scale"]).float()[:, None]
-            return qv @ vectors.T
-
-        return self._stream_topk(k, qv.shape[0], score)
+        return self._stream_topk(k, qv.shape[0], lambda sh: qv @ torch.from_numpy(self.dense_vectors(sh)).T)
 
     def sparse_topk(self, query_tokens: Sequence[torch.Tensor], k: int,
                     alpha: float = 0.5) -> tuple[torch.Tensor, torch.Tensor]:
