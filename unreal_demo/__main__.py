@@ -81,7 +81,7 @@ def _eval(args: argparse.Namespace) -> None:
         from .evaluation.ablation import run_ablations
 
         result = run_ablations(args.steps, args.sample, args.out or "precomputed/ablations.json",
-                               args.only.split(",") if args.only else None, args.seed)
+                               args.only.split(",") if args.only else None, args.seed, args.sweep)
         print(json.dumps(result) if args.json else result["markdown"])
         return
     if args.what == "prompt":
@@ -327,7 +327,8 @@ def build_parser() -> argparse.ArgumentParser:
                     "new_wiki and amazon are held out")
     tr.add_argument("--readout", help='blocks α reads: "all" (default), "chunk" (ℓc only) or e.g. "16,20,24"')
     for name in ("chunk_layer", "n_pool", "n_ret", "n_groups", "n_context", "context_tokens", "negatives",
-                 "steps", "batch", "warmup", "seed", "checkpoint_every", "dev_every", "dev_sample"):
+                 "mined", "mine_every", "steps", "batch", "warmup", "seed", "checkpoint_every", "dev_every",
+                 "dev_sample"):
         tr.add_argument(f"--{name.replace('_', '-')}", dest=name, type=int)
     for name in ("lr", "temperature", "weight_decay"):
         tr.add_argument(f"--{name.replace('_', '-')}", dest=name, type=float)
@@ -354,6 +355,8 @@ def build_parser() -> argparse.ArgumentParser:
                          "chunks of a built index (--index, default the full offline index)")
     ev.add_argument("--steps", type=int, default=60, help="ablations: training steps per variant")
     ev.add_argument("--only", default=None, help="ablations: comma list of name fragments to run")
+    ev.add_argument("--sweep", default="squad-l20", help="ablations: squad-l20 (the first sweep, SQuAD dev) or "
+                    "mix-l25 (around the long run: |C0|, P, head-mined negatives, τ, lr, ℓc 26-28)")
     ev.add_argument("--json", action="store_true")
     model_flags(ev, dtype=True)
     ev.set_defaults(func=_eval)

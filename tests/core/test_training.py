@@ -57,15 +57,31 @@ def test_a_few_steps_lower_the_loss(tiny, tmp_path):
 
 
 def test_ablation_table_escapes_pipes_and_keeps_columns(tmp_path):
-    from unreal_demo.evaluation.ablation import VARIANTS, _slug, _write
+    from unreal_demo.evaluation.ablation import SWEEPS, VARIANTS, _slug, _write, read_sweeps
 
     row = {"R@1": 0.1, "R@5": 0.2, "R@10": 0.3, "MRR@10": 0.15, "final_loss": 2.0, "params": 1234}
     name = "|C0| = 2 (64 tokens each)"
     assert name in VARIANTS and _slug(name) == "c0----2"
-    out = _write(tmp_path / "a.json", {name: row | {"variant": name}}, row, 60, 300, 422)
+    out = _write(tmp_path / "a.json", "squad-l20", {name: row | {"variant": name}}, row, 60, 300, 422)
     lines = out["markdown"].splitlines()
     assert all(line.count("|") - line.count("\\|") == lines[0].count("|") for line in lines)
     assert "\\|C0\\| = 2" in lines[-1] and (tmp_path / "a.json").exists()
+    # a second sweep is kept beside the first, each with its own command
+    mix = next(iter(SWEEPS["mix-l25"].variants))
+    _write(tmp_path / "a.json", "mix-l25", {mix: row | {"variant": mix}}, row, 100, 400, 1207)
+    both = read_sweeps(tmp_path / "a.json")
+    assert list(both) == ["squad-l20", "mix-l25"] and "--sweep mix-l25 --steps 100" in both["mix-l25"]["command"]
+    assert both["squad-l20"]["rows"][0]["variant"] == name
+
+
+def test_shipped_ablations_file_reads_as_sweeps():
+    from unreal_demo.evaluation.ablation import SWEEPS, read_sweeps
+    from unreal_demo.settings import PRECOMPUTED
+
+    sweeps = read_sweeps(PRECOMPUTED / "ablations.json")
+    assert sweeps and set(sweeps) <= set(SWEEPS)
+    for name, result in sweeps.items():
+        assert all(r["variant"] in SWEEPS[name].variants for r in result["rows"])
 
 
 def test_held_out_sources_are_refused():

@@ -4,9 +4,10 @@ L(x) = −(1/|O(x)|) Σ_{j∈O(x)} log [ exp(s_j(x)/τ) / Σ_{i∈B(x)} exp(s_i(
 
 B(x) is the deduplicated union of the oracle and hard-negative chunks of every
 query in the microbatch; a chunk that is an oracle of x counts as a positive of
-x, never as its negative. Hard negatives come from BM25 queried with the oracle
-text: the oracle itself and near-duplicates (word Jaccard ≥ ``near_dup``) are
-dropped, then the next ``negatives`` ranks are kept.
+x, never as its negative. Hard negatives (:mod:`negatives`) come from BM25 queried
+with the oracle text (``negatives`` per passage) and, with ``mined``, from the head
+itself: its top-scored wrong passages for the questions of the next ``mine_every``
+steps, mined again every ``mine_every`` steps.
 
 Training data: the train split (by article) of every source in ``sources`` — SQuAD v1.1 dev
 and SQuAD-Shifts NYT and Reddit by default, other writers and domains than Wikipedia — each
@@ -44,6 +45,7 @@ from ..errors import UserError
 from .backbone import DEFAULT_MODEL, load_backbone
 from .head import HeadConfig, QueryHead
 from .maxsim import maxsim_reference, normalize_chunks
+from .negatives import hard_negatives, mine_negatives
 from .selection import BM25
 
 
@@ -62,7 +64,9 @@ class TrainConfig:
     chunk_tokens: int = HeadConfig.chunk_tokens
     use_prompt: bool = HeadConfig.use_prompt
     readout: str = "all"  # read-out blocks for α: "all", "chunk" (ℓc alone) or a comma list
-    negatives: int = 15
+    negatives: int = 15  # BM25 hard negatives per passage
+    mined: int = 0  # head-mined negatives per question (0: BM25's alone)
+    mine_every: int = 0  # steps between two minings for the next window's questions (first at this step)
     near_dup: float = 0.6
     steps: int = 250
     batch: int = 16
@@ -100,28 +104,6 @@ def info_nce(scores: torch.Tensor, positive: torch.Tensor, temperature: float) -
     logp = torch.log_softmax(scores / temperature, dim=-1)  # (B, C)
     per_query = -(logp * positive).sum(-1) / positive.sum(-1).clamp(min=1)
     return per_query.mean()
-
-
-def _words(text: str) -> set[str]:
-    return set(text.lower().split())
-
-
-def hard_negatives(passages: list[Passage], bm25: BM25, count: int, near_dup: float) -> list[list[int]]:
-    """Per passage: BM25 ranks for its own text, minus itself and near-duplicates, first ``count``."""
-    ids, _ = bm25.search([p.text for p in passages], k=count * 2 + 5)
-    out = []
-    for i, row in enumerate(ids):
-        mine = _words(passages[i].text)
-        keep = []
-        for j in row.tolist():
-            other = _words(passages[j].text)
-            if j == i or len(mine & other) / max(1, len(mine | other)) >= near_dup:
-                continue
-            keep.append(j)
-            if len(keep) == count:
-                break
-        out.append(keep)
-    return out
 
 
 def candidate_set(oracles: list[list[int]], negatives: list[list[int]]) -> tuple[list[int], torch.Tensor]:
@@ -198,7 +180,7 @@ def prepare(cfg: TrainConfig, backbone) -> dict:
             ctx_ids, _ = bm25.search([train_q[i].text for i in qs], k=cfg.n_context)
             for i, row in zip(qs, ctx_ids.tolist(), strict=True):
                 contexts[i] = [corpus[pool[j]].text for j in row]
-        for i, row in zip(pool, hard_negatives([corpus[i] for i in pool], bm25, cfg.negatives, cfg.near_dup),
+        for i, row in zip(pool, hard_negatives([corpus[i].text for i in pool], bm25, cfg.negatives, cfg.near_dup),
                           strict=True):
             negatives[i] = [pool[j] for j in row]
     bar = tqdm(total=len(corpus), desc="encode chunks", unit="chunk")
@@ -206,7 +188,8 @@ def prepare(cfg: TrainConfig, backbone) -> dict:
     bar.close()
     return {"questions": train_q, "contexts": contexts,
             "oracle": [where[q.passage_id] for q in train_q], "negatives": negatives,
-            "keys": normalize_chunks(keys), "corpus": corpus}
+            "keys": normalize_chunks(keys), "corpus": corpus, "texts": [p.text for p in corpus],
+            "pools": [train_sources(cfg).index(p.source) for p in corpus]}  # negatives stay in their source
 
 
 def prepare_dev(cfg: TrainConfig, backbone) -> dict | None:
@@ -268,7 +251,10 @@ def fit(head: QueryHead, backbone, data: dict, cfg: TrainConfig, out: Path | Non
     ----------
     data : ``questions`` (objects with ``.text``), ``contexts`` (C0 texts per question), ``oracle``
         (passage index per question), ``negatives`` (hard-negative indices per passage), ``keys``
-        (normalised chunk vectors ``(P, L_p, d)``).
+        (normalised chunk vectors ``(P, L_p, d)``); with ``cfg.mined`` also ``texts`` and ``pools``
+        (:func:`negatives.mine_negatives`): every ``cfg.mine_every`` steps the head mines negatives for
+        the questions of the next ``cfg.mine_every`` steps, kept in the checkpoint so a resumed run
+        continues exactly.
     dev : from :func:`prepare_dev`; when given, dev R@1 / R@10 are logged every ``cfg.dev_every`` steps.
 
     Returns
@@ -284,7 +270,7 @@ def fit(head: QueryHead, backbone, data: dict, cfg: TrainConfig, out: Path | Non
     order = list(range(len(data["questions"])))
     random.Random(cfg.seed).shuffle(order)
     digest = hashlib.sha1("\n".join(data["questions"][i].text for i in order).encode()).hexdigest()[:16]
-    step, log = 0, []
+    step, log, mined, mined_at = 0, [], {}, -1
     ckpt_path = out / "checkpoint.pt" if out else None
     log_path = out / "train_log.jsonl" if out else None
     if ckpt_path is not None and ckpt_path.exists():
@@ -295,6 +281,7 @@ def fit(head: QueryHead, backbone, data: dict, cfg: TrainConfig, out: Path | Non
         head.load_state_dict(ckpt["head"])
         opt.load_state_dict(ckpt["opt"])
         step = int(ckpt["step"])
+        mined, mined_at = {int(i): v for i, v in ckpt.get("mined", {}).items()}, int(ckpt.get("mined_at", -1))
         log = [json.loads(line) for line in log_path.read_text().splitlines()][:step] if log_path.exists() else []
     keys = data["keys"].to(backbone.device)
     bar = tqdm(total=cfg.steps, initial=step, desc="train", unit="step", disable=out is None)
@@ -302,9 +289,13 @@ def fit(head: QueryHead, backbone, data: dict, cfg: TrainConfig, out: Path | Non
     cpu_started = time.process_time() - (log[-1].get("cpu_seconds", 0.0) if log else 0.0)
     while step < cfg.steps:
         start = (step * cfg.batch) % len(order)
+        if cfg.mined and cfg.mine_every and step and step % cfg.mine_every == 0 and mined_at != step:
+            window = [order[(start + i) % len(order)] for i in range(cfg.mine_every * cfg.batch)]
+            mined, mined_at = mine_negatives(head, backbone, data, window, cfg.mined, cfg.near_dup), step
         batch = [order[(start + i) % len(order)] for i in range(cfg.batch)]
         oracles = [[data["oracle"][i]] for i in batch]
-        cand, positive = candidate_set(oracles, [data["negatives"][data["oracle"][i]] for i in batch])
+        cand, positive = candidate_set(oracles, [data["negatives"][data["oracle"][i]] + mined.get(i, [])
+                                                 for i in batch])
         for group in opt.param_groups:
             group["lr"] = lr_at(step, cfg)
         q = head(backbone, [data["questions"][i].text for i in batch], [data["contexts"][i] for i in batch])
@@ -326,7 +317,8 @@ def fit(head: QueryHead, backbone, data: dict, cfg: TrainConfig, out: Path | Non
         bar.update(1)
         bar.set_postfix(loss=f"{loss.item():.3f}")
         if ckpt_path is not None and (step % cfg.checkpoint_every == 0 or step == cfg.steps):
-            _checkpoint(head, opt, step, digest, log, ckpt_path, log_path)
+            _checkpoint(head, opt, step, digest, log, ckpt_path, log_path, {"mined": mined, "mined_at": mined_at}
+                        if mined_at >= 0 else {})
     bar.close()
     return log
 
@@ -376,7 +368,8 @@ def train(cfg: TrainConfig, backbone=None, force: bool = False) -> QueryHead:
         "data": "train articles of " + ", ".join(f"{n} ({SOURCES[n].what})" for n in train_sources(cfg)),
         "questions": len(data["questions"]), "passages": len(data["corpus"]),
         "steps": cfg.steps, "batch": cfg.batch, "question_visits": cfg.steps * cfg.batch,
-        "negatives_per_query": cfg.negatives, "final_loss": _smooth(log), "cpu_seconds": log[-1]["seconds"],
+        "negatives_per_query": cfg.negatives, "mined_per_query": cfg.mined, "final_loss": _smooth(log),
+        "seconds": log[-1]["seconds"], "cpu_seconds": log[-1]["cpu_seconds"],
         "settings": asdict(cfg),
     }
     head.cpu().save(out / "head")
@@ -388,9 +381,11 @@ def _smooth(log: list[dict], last: int = 20) -> float:
     return round(sum(tail) / len(tail), 4) if tail else math.nan
 
 
-def _checkpoint(head: QueryHead, opt, step: int, order: str, log: list[dict], ckpt: Path, log_path: Path) -> None:
+def _checkpoint(head: QueryHead, opt, step: int, order: str, log: list[dict], ckpt: Path, log_path: Path,
+                extra: dict) -> None:
+    """Head, optimiser, step, data-order digest (and ``extra``: the current mined negatives) in one file."""
     tmp = ckpt.with_suffix(".tmp")
-    torch.save({"head": head.state_dict(), "opt": opt.state_dict(), "step": step, "order": order}, tmp)
+    torch.save({"head": head.state_dict(), "opt": opt.state_dict(), "step": step, "order": order} | extra, tmp)
     tmp.rename(ckpt)
     log_path.write_text("".join(json.dumps(r) + "\n" for r in log))
 

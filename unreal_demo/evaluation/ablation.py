@@ -1,104 +1,161 @@
-"""Ablations of the head on the dev split (articles disjoint from train and from the held-out set).
+"""Ablations of the head on the dev split (articles disjoint from train and from the held-out sets).
 
-Each variant changes one setting of a cheap base run (|C0| = 0, so a step costs ~2 s on
-2 CPU cores) and is trained for the same number of steps, then scored by exact MaxSim
-over the 422 dev paragraphs for a fixed sample of dev questions. The sweep covers what
-the paper ablates and a 2-core CPU allows: ℓc, R, G, L_p, |C0|, the read-out layers,
-the soft prompt P and the number of hard negatives. Chunk encodings for every (ℓc, L_p)
-are written in one forward pass (:func:`encoding.warm_cache`); each run checkpoints, and
-finished variants are kept in the result file, so a killed sweep resumes where it stopped.
+Each variant changes one setting of a base run and is trained for the same number of steps from the same
+seed (equal budget), then scored by exact MaxSim (Eq. 5) over the dev paragraphs for a fixed sample of dev
+questions. Two sweeps (:data:`SWEEPS`), both kept in ``precomputed/ablations.json``:
+
+* ``squad-l20``: the first sweep, on SQuAD v1.1 dev alone around a cheap base (ℓc = 20, |C0| = 0): ℓc, R,
+  G, L_p, |C0|, the read-out blocks, P and the number of BM25 negatives. It settled ℓc = 25.
+* ``mix-l25``: around the long run's settings (ℓc = 25, |C0| = 2, SQuAD dev + NYT + Reddit): |C0|, the
+  soft prompt P, head-mined negatives (:mod:`core.negatives`), temperature τ, learning rate and ℓc 26–28.
+
+Chunk keys come from the local cache, else the repository's compressed copy of a shipped run's keys
+(:func:`store.shipped_keys.training_keys`); every other (ℓc, L_p) a sweep needs is encoded in one forward
+pass (:func:`encoding.warm_cache`). Each run checkpoints, and finished variants are kept in the result
+file, so a killed sweep resumes where it stopped.
 """
 
 from __future__ import annotations
 
 import json
 import random
-from dataclasses import asdict, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from ..core.backbone import cache_dir, load_backbone
-from ..core.encoding import warm_cache
+from ..core.encoding import cache_folder, warm_cache
 from ..core.head import QueryHead
 from ..core.training import TrainConfig, dev_questions, train, train_split
+from ..errors import InputError
 from ..pipeline import Explorer
+from ..retrieval.registry import MemoryStore
+from ..store.shipped_keys import shipped_path, training_keys
 from .retrieval import corpus_store, metrics, rankings
 
-BASE = TrainConfig(sources="squad_dev", chunk_layer=20, n_pool=7, n_ret=32, n_groups=4, n_context=0, negatives=15,
-                   steps=60, checkpoint_every=20)
-VARIANTS: dict[str, dict] = {
-    "base (ℓc=20, R=32, G=4, L_p=7, |C0|=0, all blocks, 15 HN)": {},
-    "ℓc = 10": {"chunk_layer": 10},
-    "ℓc = 15": {"chunk_layer": 15},
-    "ℓc = 25": {"chunk_layer": 25},
-    "ℓc = 26": {"chunk_layer": 26},
-    "ℓc = 27": {"chunk_layer": 27},
-    "ℓc = 28": {"chunk_layer": 28},
-    "R = 8": {"n_ret": 8},
-    "R = 64": {"n_ret": 64},
-    "G = 1": {"n_groups": 1},
-    "G = 8": {"n_groups": 8},
-    "L_p = 1": {"n_pool": 1},
-    "L_p = 14": {"n_pool": 14},
-    "|C0| = 2 (64 tokens each)": {"n_context": 2},
-    "single-layer read-out (block ℓc)": {"readout": "chunk"},
-    "soft prompt P on": {"use_prompt": True},
-    "100 hard negatives": {"negatives": 100},
+
+@dataclass(frozen=True)
+class Sweep:
+    """One ablation sweep: its base run, its one-factor variants (name → overrides) and its dev split."""
+
+    base: TrainConfig
+    variants: dict[str, dict]
+    dev: str  # what the dev split is, for the result's setting line
+
+
+SWEEPS: dict[str, Sweep] = {
+    "squad-l20": Sweep(
+        TrainConfig(sources="squad_dev", chunk_layer=20, n_pool=7, n_ret=32, n_groups=4, n_context=0, negatives=15,
+                    steps=60, checkpoint_every=20),
+        {"base (ℓc=20, R=32, G=4, L_p=7, |C0|=0, all blocks, 15 HN)": {},
+         "ℓc = 10": {"chunk_layer": 10}, "ℓc = 15": {"chunk_layer": 15}, "ℓc = 25": {"chunk_layer": 25},
+         "ℓc = 26": {"chunk_layer": 26}, "ℓc = 27": {"chunk_layer": 27}, "ℓc = 28": {"chunk_layer": 28},
+         "R = 8": {"n_ret": 8}, "R = 64": {"n_ret": 64}, "G = 1": {"n_groups": 1}, "G = 8": {"n_groups": 8},
+         "L_p = 1": {"n_pool": 1}, "L_p = 14": {"n_pool": 14}, "|C0| = 2 (64 tokens each)": {"n_context": 2},
+         "single-layer read-out (block ℓc)": {"readout": "chunk"}, "soft prompt P on": {"use_prompt": True},
+         "100 hard negatives": {"negatives": 100}},
+        "SQuAD v1.1 dev questions from articles disjoint from train"),
+    "mix-l25": Sweep(
+        TrainConfig(sources="squad_dev,nyt,reddit", chunk_layer=25, n_pool=7, n_ret=32, n_groups=4, n_context=2,
+                    negatives=15, steps=100, warmup=10, checkpoint_every=10),
+        {"base (ℓc=25, |C0|=2, no P, 15 BM25 HN, τ=0.05, lr=5e-3)": {},
+         "|C0| = 0": {"n_context": 0}, "|C0| = 5": {"n_context": 5},
+         "soft prompt P on": {"use_prompt": True},
+         "+ 8 head-mined negatives (refreshed every 25 steps)": {"mined": 8, "mine_every": 25},
+         "τ = 0.02": {"temperature": 0.02}, "τ = 0.1": {"temperature": 0.1},
+         "lr = 2e-3": {"lr": 2e-3}, "lr = 1e-2": {"lr": 1e-2},
+         "ℓc = 26": {"chunk_layer": 26}, "ℓc = 27": {"chunk_layer": 27}, "ℓc = 28": {"chunk_layer": 28}},
+        "questions of SQuAD dev, NYT and Reddit from articles disjoint from train"),
 }
+# The first sweep's names, kept for the tests and the README's references.
+BASE, VARIANTS = SWEEPS["squad-l20"].base, SWEEPS["squad-l20"].variants
 
 
 def _slug(name: str) -> str:
     return "".join(ch if ch.isalnum() else "-" for ch in name.split(" (")[0]).strip("-").lower() or "base"
 
 
+def _sweep(name: str) -> Sweep:
+    if name not in SWEEPS:
+        raise InputError(f"unknown ablation sweep {name!r}; use {' or '.join(SWEEPS)}")
+    return SWEEPS[name]
+
+
+def read_sweeps(path: Path) -> dict[str, dict]:
+    """Every sweep's result in ``path`` by sweep name (a file of the first sweep alone counts as ``squad-l20``)."""
+    if not path.exists():
+        return {}
+    data = json.loads(path.read_text())
+    return data["sweeps"] if "sweeps" in data else {"squad-l20": data}
+
+
+def _keys_settings(sweep: Sweep, variants: dict[str, dict]) -> list[tuple[int, int]]:
+    base = sweep.base
+    return sorted({(v.get("chunk_layer", base.chunk_layer), v.get("n_pool", base.n_pool))
+                   for v in [{}, *variants.values()]})
+
+
 def run_ablations(steps: int = 60, dev_sample: int = 300, out: str = "precomputed/ablations.json",
-                  only: list[str] | None = None, seed: int = 0) -> dict:
-    """Train and score every variant (or those whose name contains one of ``only``); resumable."""
-    backbone = load_backbone(BASE.model)
+                  only: list[str] | None = None, seed: int = 0, sweep: str = "squad-l20") -> dict:
+    """Train and score every variant of ``sweep`` (or those whose name contains one of ``only``); resumable.
+
+    Returns
+    -------
+    The sweep's result (setting, command, BM25 reference row, one row per finished variant, markdown);
+    ``out`` keeps it beside the other sweeps' results.
+    """
+    spec = _sweep(sweep)
+    backbone = load_backbone(spec.base.model)
     path = Path(out)
-    done = json.loads(path.read_text())["rows"] if path.exists() else []
+    done = read_sweeps(path).get(sweep, {}).get("rows", [])
     done = [r for r in done if r["steps"] == steps and r["dev_questions"] == dev_sample]
-    variants = {k: v for k, v in VARIANTS.items() if not only or any(o in k for o in only)}
-    dev_corpus, dev_q = dev_questions(BASE)
+    variants = {k: v for k, v in spec.variants.items() if not only or any(o in k for o in only)}
+    dev_corpus, dev_q = dev_questions(spec.base)
     dev_q = random.Random(seed).sample(dev_q, min(dev_sample, len(dev_q)))
     where = {p.id: i for i, p in enumerate(dev_corpus)}
     gold = [{where[q.passage_id]} for q in dev_q]
-    texts = [q.text for q in dev_q]
-    train_passages = [p.text for p in train_split(BASE)[0]]
-    settings = sorted({(v.get("chunk_layer", BASE.chunk_layer), v.get("n_pool", BASE.n_pool))
-                       for v in [{}, *variants.values()]})
-    for corpus in (train_passages, [p.text for p in dev_corpus]):
-        warm_cache(backbone, corpus, settings, BASE.chunk_tokens)
-    dev_texts = [p.text for p in dev_corpus]
+    texts, dev_texts = [q.text for q in dev_q], [p.text for p in dev_corpus]
+    train_passages = [p.text for p in train_split(spec.base)[0]]
+    for corpus in (train_passages, dev_texts):  # encode what neither the cache nor the repository holds
+        missing = [st for st in _keys_settings(spec, variants)
+                   if not shipped_path(cache_folder(backbone, corpus, *st, spec.base.chunk_tokens).name).exists()]
+        if missing:
+            warm_cache(backbone, corpus, missing, spec.base.chunk_tokens)
     bm25_row = metrics(rankings(corpus_store(dev_texts), None, texts, "bm25"), gold)
     rows = {r["variant"]: r for r in done}
     for name, overrides in variants.items():
         if name in rows:
             continue
-        cfg = replace(BASE, steps=steps, out=str(cache_dir() / "ablations" / _slug(name)), **overrides)
+        cfg = replace(spec.base, steps=steps, out=str(cache_dir() / "ablations" / sweep / _slug(name)), **overrides)
         train(cfg, backbone)
         head = QueryHead.load(Path(cfg.out) / "head")
         explorer = Explorer(backbone, head, Path(cfg.out) / "head.json")
+        keys = training_keys(backbone, dev_texts, cfg.chunk_layer, cfg.n_pool, cfg.chunk_tokens)  # (M, L_p, d)
+        prov = head.config.provenance
         rows[name] = {"variant": name, "settings": {k: v for k, v in asdict(cfg).items() if k in overrides},
                       "steps": steps, "dev_questions": len(dev_q), "params": head.n_params(),
-                      "final_loss": head.config.provenance["final_loss"],
-                      "train_seconds": head.config.provenance["cpu_seconds"]}
-        rows[name] |= metrics(rankings(corpus_store(dev_texts, explorer), explorer, texts, "unreal"), gold)
-        _write(path, rows, bm25_row, steps, len(dev_q), len(dev_corpus))
-    return _write(path, rows, bm25_row, steps, len(dev_q), len(dev_corpus))
+                      "final_loss": prov["final_loss"], "train_seconds": prov.get("seconds", prov["cpu_seconds"]),
+                      "train_cpu_seconds": prov["cpu_seconds"]}
+        rows[name] |= metrics(rankings(MemoryStore(dev_texts, keys), explorer, texts, "unreal"), gold)
+        _write(path, sweep, rows, bm25_row, steps, len(dev_q), len(dev_corpus))
+    return _write(path, sweep, rows, bm25_row, steps, len(dev_q), len(dev_corpus))
 
 
-def _write(path: Path, rows: dict, bm25_row: dict, steps: int, n_q: int, n_corpus: int) -> dict:
-    order = [k for k in VARIANTS if k in rows]
-    table = [rows[k] for k in order]
+def _write(path: Path, sweep: str, rows: dict, bm25_row: dict, steps: int, n_q: int, n_corpus: int) -> dict:
+    spec = SWEEPS[sweep]
+    table = [rows[k] for k in spec.variants if k in rows]
     cols = ["R@1", "R@5", "R@10", "MRR@10"]
     md = ["| variant | " + " | ".join(cols) + " | loss | params |", "|---" * (len(cols) + 3) + "|",
           "| BM25 (reference) | " + " | ".join(f"{bm25_row[c]:.3f}" for c in cols) + " | – | – |"]
     md += ["| " + r["variant"].replace("|", "\\|") + " | " + " | ".join(f"{r[c]:.3f}" for c in cols)
            + f" | {r['final_loss']:.2f} | {r['params']:,} |" for r in table]
-    result = {"setting": f"dev split: {n_q} SQuAD v1.1 dev questions from articles disjoint from train, "
-                         f"corpus {n_corpus} dev paragraphs; every variant {steps} steps × {BASE.batch} questions",
-              "command": f"python -m unreal_demo eval ablations --steps {steps} --sample {n_q}",
+    result = {"setting": f"dev split: {n_q} {spec.dev}, corpus {n_corpus:,} dev paragraphs; every variant "
+                         f"{steps} steps × {spec.base.batch} questions",
+              "command": f"python -m unreal_demo eval ablations --sweep {sweep} --steps {steps} --sample {n_q}",
               "bm25": bm25_row, "rows": table, "markdown": "\n".join(md)}
+    sweeps = read_sweeps(path) | {sweep: result}
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(result, indent=2, ensure_ascii=False))
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"sweeps": {k: sweeps[k] for k in SWEEPS if k in sweeps}}, indent=2,
+                              ensure_ascii=False))
+    tmp.replace(path)
     return result

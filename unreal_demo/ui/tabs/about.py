@@ -8,6 +8,7 @@ import gradio as gr
 import pandas as pd
 
 from ...core.head import QueryHead
+from ...evaluation.ablation import read_sweeps
 from ...evaluation.results import head_mismatch, made_by
 from ...pipeline import Loading
 from ...settings import PRECOMPUTED
@@ -45,10 +46,8 @@ def build_tab(loader: Loading) -> Ready:
             gr.Dataframe(table.drop(columns=["key"], errors="ignore"))
             gr.Plot(plots.metric_bars(table))
             gr.Markdown("*What to look for:* UNREAL against BM25 alone, and whether fusing the two beats both.")
-    ablations = PRECOMPUTED / "ablations.json"
-    if ablations.exists():
-        data = json.loads(ablations.read_text())
-        gr.Markdown(f"**Ablations on the dev split** — {data['setting']}\n\n`{made_by(data)}`\n\n"
+    for sweep, data in read_sweeps(PRECOMPUTED / "ablations.json").items():
+        gr.Markdown(f"**Ablations on the dev split ({sweep})** — {data['setting']}\n\n`{made_by(data)}`\n\n"
                     + data["markdown"])
     if loader.head is not None and loader.head.config.provenance:
         gr.JSON(loader.head.config.provenance, label="provenance")
