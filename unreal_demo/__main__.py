@@ -350,9 +350,10 @@ def build_parser() -> argparse.ArgumentParser:
                     "full offline index)")
     ev.add_argument("--out", default=None, help="write the JSON result here")
     ev.add_argument("--seed", type=int, default=0)
-    ev.add_argument("--corpus", choices=["full", "new_wiki", "index"], default="full",
-                    help="retrieval: New-Wiki + 10,033 summaries (full), the New-Wiki paragraphs alone, or the "
-                         "chunks of a built index (--index, default the full offline index)")
+    ev.add_argument("--corpus", choices=["full", "new_wiki", "amazon", "index"], default="full",
+                    help="retrieval: New-Wiki + 10,033 summaries (full), the New-Wiki paragraphs alone, Amazon's "
+                         "questions over its 2,050 reviews (out of domain), or the chunks of a built index "
+                         "(--index, default the full offline index)")
     ev.add_argument("--steps", type=int, default=60, help="ablations: training steps per variant")
     ev.add_argument("--only", default=None, help="ablations: comma list of name fragments to run")
     ev.add_argument("--sweep", default="squad-l20", help="ablations: squad-l20 (the first sweep, SQuAD dev) or "

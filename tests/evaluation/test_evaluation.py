@@ -108,3 +108,16 @@ def test_index_retrieval_eval_counts_any_chunk_of_the_gold_paragraph(tmp_path, t
     for k in (1, 5, 10):
         assert result["table"][0][f"R@{k}"] == round(evaluation.recall_at_k(ranked, gold, k), 4)
     assert [r["key"] for r in result["table"]] == ["bm25", "unreal"] and result["table"][1]["n"] == 10
+
+
+def test_amazon_corpus_is_its_own_reviews_and_questions(monkeypatch):
+    from unreal_demo.data.sources import Passage, Question
+    from unreal_demo.evaluation import retrieval as evaluation
+
+    reviews = [Passage(f"r{i}", f"P{i}", f"Review {i}: the kettle boils in {i} minutes.", "amazon") for i in range(6)]
+    qs = [Question(f"q{i}", f"how fast does kettle {i} boil?", (f"{i} minutes",), f"r{i}", f"P{i}") for i in range(6)]
+    asked = []
+    monkeypatch.setattr(evaluation, "load_squad", lambda name: asked.append(name) or (reviews, qs))
+    corpus, sample, gold = evaluation.held_out(4, 0, "amazon")
+    assert asked == ["amazon"] and corpus == reviews and len(sample) == 4
+    assert all(corpus[next(iter(g))].id == q.passage_id for q, g in zip(sample, gold, strict=True))

@@ -122,13 +122,20 @@ def fit_fusion_weight(unreal: torch.Tensor, bm25: torch.Tensor, gold: Sequence[s
 
 
 CORPORA = {"full": "1,581 New-Wiki paragraphs + 10,033 Wikipedia summaries",
-           "new_wiki": "the 1,581 New-Wiki paragraphs alone"}
+           "new_wiki": "the 1,581 New-Wiki paragraphs alone",
+           "amazon": "the 2,050 Amazon product reviews of SQuAD-Shifts (out of domain: never trained on)"}
 
 
 def held_out(sample: int, seed: int, corpus_name: str = "full") -> tuple[list[Passage], list, list[set[int]]]:
-    """Corpus (New-Wiki, plus the summaries for ``"full"``), a seeded sample of New-Wiki questions, gold indices."""
+    """Corpus (New-Wiki, plus the summaries for ``"full"``; or the Amazon reviews), a seeded sample of its
+    questions (New-Wiki's or Amazon's), gold indices."""
     if corpus_name not in CORPORA:
         raise ValueError(f"unknown corpus {corpus_name!r}; use {' or '.join(CORPORA)}")
+    if corpus_name == "amazon":
+        corpus, questions = load_squad("amazon")
+        qs = random.Random(seed).sample(questions, min(sample, len(questions)))
+        where = {p.id: i for i, p in enumerate(corpus)}
+        return corpus, qs, [{where[q.passage_id]} for q in qs]
     new_wiki, qs = sample_questions(sample, seed)
     corpus = new_wiki + (load_summaries() if corpus_name == "full" else [])
     where = {p.id: i for i, p in enumerate(corpus)}
@@ -172,7 +179,8 @@ def run_retrieval_eval(sample: int = 500, methods: Sequence[str] = ("bm25", "den
         label = METHODS[m].label + (f" (w={weight} fitted on dev)" if m == "hybrid-fusion" else "")
         rows.append({"method": label, "key": m} | metrics(ranked, gold) | {"n": len(gold)})
     result = {
-        "setting": f"{len(gold)} SQuAD-Shifts New-Wiki questions (seed {seed}); corpus {len(corpus):,} passages "
+        "setting": f"{len(gold)} SQuAD-Shifts {'Amazon' if corpus_name == 'amazon' else 'New-Wiki'} questions "
+                   f"(seed {seed}); corpus {len(corpus):,} passages "
                    f"({CORPORA[corpus_name]}); head {explorer.head_source}",
         "corpus": corpus_name,
         "seconds": seconds, "fusion_weight": weight, "table": rows,
