@@ -23,8 +23,9 @@ import torch
 
 from unreal_demo.core.backbone import DEFAULT_MODEL, load_backbone
 from unreal_demo.core.head import QueryHead, untrained_head
-from unreal_demo.core.selection import BM25
 from unreal_demo.data.sources import load_squad
+from unreal_demo.pipeline import Explorer
+from unreal_demo.retrieval.registry import MemoryStore, contexts, query_vectors
 from unreal_demo.settings import PRECOMPUTED
 
 SETTINGS = {  # name → head overrides; the first is the shipped head's shape
@@ -37,18 +38,17 @@ SETTINGS = {  # name → head overrides; the first is the shipped head's shape
 }
 
 
-@torch.inference_mode()
-def ms_per_query(head: QueryHead, backbone, questions: list[str], contexts: list[list[str]], batch: int,
-                 repeats: int) -> float:
-    """Best-of-``repeats`` wall milliseconds per query of the head forward, ``batch`` queries at a time."""
-    head.eval()
-    head(backbone, questions[:batch], [c[: head.config.n_context] for c in contexts[:batch]])  # warm-up
+def ms_per_query(head: QueryHead, backbone, questions: list[str], store: MemoryStore, bm25_ids: torch.Tensor,
+                 batch: int, repeats: int) -> float:
+    """Best-of-``repeats`` wall milliseconds per query of the project's query path (:func:`query_vectors`,
+    C0 from :func:`contexts`), ``batch`` queries at a time."""
+    explorer = Explorer(backbone, head, None)  # eval mode, no gradients
+    context = contexts(store, bm25_ids, head.config.n_context)
+    query_vectors(explorer, questions[:batch], context[:batch], batch)  # warm-up
     best = float("inf")
     for _ in range(repeats):
         t0 = time.perf_counter()
-        for s in range(0, len(questions), batch):
-            head(backbone, questions[s : s + batch],
-                 [c[: head.config.n_context] for c in contexts[s : s + batch]])
+        query_vectors(explorer, questions, context, batch)
         best = min(best, time.perf_counter() - t0)
     return best / len(questions) * 1e3
 
@@ -67,17 +67,17 @@ def main() -> None:
     passages, questions = load_squad("new_wiki")
     picked = random.Random(0).sample(questions, min(args.queries, len(questions)))
     texts = [q.text for q in picked]
-    ids, _ = BM25([p.text for p in passages]).search(texts, k=5)
-    contexts = [[passages[j].text for j in row] for row in ids.tolist()]
+    store = MemoryStore([p.text for p in passages])
+    _, bm25_ids = store.bm25_topk(texts, max(s.get("n_context", 0) for s in SETTINGS.values()))  # (Q, 5)
     shipped = QueryHead.load(PRECOMPUTED / "heads" / "smollm2-135m" / "head")
     base = {k: getattr(shipped.config, k) for k in ("chunk_layer", "n_pool", "n_ret", "n_groups", "n_context",
                                                       "context_tokens", "use_prompt")}
     rows = [{"setting": "shipped head (trained weights)", "overrides": {},
-             "ms_per_query": ms_per_query(shipped, backbone, texts, contexts, args.batch, args.repeats)}]
+             "ms_per_query": ms_per_query(shipped, backbone, texts, store, bm25_ids, args.batch, args.repeats)}]
     for name, overrides in SETTINGS.items():
         head = untrained_head(backbone, **(base | overrides))
         rows.append({"setting": name, "overrides": overrides, "ms_per_query":
-                     ms_per_query(head, backbone, texts, contexts, args.batch, args.repeats)})
+                     ms_per_query(head, backbone, texts, store, bm25_ids, args.batch, args.repeats)})
     ref = rows[1]["ms_per_query"]
     for r in rows:
         r["ms_per_query"] = round(r["ms_per_query"], 1)

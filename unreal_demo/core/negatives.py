@@ -73,7 +73,7 @@ def mine_negatives(head, backbone, data: dict, picks: Sequence[int], count: int,
     -------
     ``{question index: [passage index, …]}``, best-scored first.
     """
-    keys, pools = data["keys"].to(backbone.device), torch.tensor(data["pools"])  # (P, L_p, d), (P,)
+    keys, pools = data["keys"].to(backbone.device), torch.tensor(data["pools"])  # (P, L_p, d) (no copy if there), (P,)
     head.eval()
     out: dict[int, list[int]] = {}
     for s in range(0, len(picks), batch):

@@ -169,27 +169,28 @@ def _keys(cfg: TrainConfig, backbone, texts: list[str], progress=None) -> torch.
 def prepare(cfg: TrainConfig, backbone) -> dict:
     """Train split, BM25 contexts C0 and hard negatives (each source's own pool), cached chunk embeddings."""
     corpus, train_q = train_split(cfg)
+    texts, names = [p.text for p in corpus], train_sources(cfg)
     where = {p.id: i for i, p in enumerate(corpus)}
     contexts: list[list[str]] = [[] for _ in train_q]
     negatives: list[list[int]] = [[] for _ in corpus]
-    for name in train_sources(cfg):
+    for name in names:
         pool = [i for i, p in enumerate(corpus) if p.source == name]
         qs = [i for i, q in enumerate(train_q) if corpus[where[q.passage_id]].source == name]
-        bm25 = BM25([corpus[i].text for i in pool])
+        bm25 = BM25([texts[i] for i in pool])
         if cfg.n_context:
             ctx_ids, _ = bm25.search([train_q[i].text for i in qs], k=cfg.n_context)
             for i, row in zip(qs, ctx_ids.tolist(), strict=True):
                 contexts[i] = [corpus[pool[j]].text for j in row]
-        for i, row in zip(pool, hard_negatives([corpus[i].text for i in pool], bm25, cfg.negatives, cfg.near_dup),
+        for i, row in zip(pool, hard_negatives([texts[i] for i in pool], bm25, cfg.negatives, cfg.near_dup),
                           strict=True):
             negatives[i] = [pool[j] for j in row]
     bar = tqdm(total=len(corpus), desc="encode chunks", unit="chunk")
-    keys = _keys(cfg, backbone, [p.text for p in corpus], progress=lambda done, total: bar.update(done - bar.n))
+    keys = _keys(cfg, backbone, texts, progress=lambda done, total: bar.update(done - bar.n))
     bar.close()
     return {"questions": train_q, "contexts": contexts,
             "oracle": [where[q.passage_id] for q in train_q], "negatives": negatives,
-            "keys": normalize_chunks(keys), "corpus": corpus, "texts": [p.text for p in corpus],
-            "pools": [train_sources(cfg).index(p.source) for p in corpus]}  # negatives stay in their source
+            "keys": normalize_chunks(keys), "corpus": corpus, "texts": texts,
+            "pools": [names.index(p.source) for p in corpus]}  # mined negatives stay in their source
 
 
 def prepare_dev(cfg: TrainConfig, backbone) -> dict | None:
@@ -284,15 +285,16 @@ def fit(head: QueryHead, backbone, data: dict, cfg: TrainConfig, out: Path | Non
         mined, mined_at = {int(i): v for i, v in ckpt.get("mined", {}).items()}, int(ckpt.get("mined_at", -1))
         log = [json.loads(line) for line in log_path.read_text().splitlines()][:step] if log_path.exists() else []
     keys = data["keys"].to(backbone.device)
+    on_device = data | {"keys": keys}  # what mining scores against, moved once
     bar = tqdm(total=cfg.steps, initial=step, desc="train", unit="step", disable=out is None)
     started = time.time() - (log[-1]["seconds"] if log else 0.0)
     cpu_started = time.process_time() - (log[-1].get("cpu_seconds", 0.0) if log else 0.0)
     while step < cfg.steps:
         start = (step * cfg.batch) % len(order)
         if cfg.mined and cfg.mine_every and step and step % cfg.mine_every == 0 and mined_at != step:
-            window = [order[(start + i) % len(order)] for i in range(cfg.mine_every * cfg.batch)]
-            mined, mined_at = mine_negatives(head, backbone, data, window, cfg.mined, cfg.near_dup), step
-        batch = [order[(start + i) % len(order)] for i in range(cfg.batch)]
+            window = _upcoming(order, start, cfg.mine_every * cfg.batch)
+            mined, mined_at = mine_negatives(head, backbone, on_device, window, cfg.mined, cfg.near_dup), step
+        batch = _upcoming(order, start, cfg.batch)
         oracles = [[data["oracle"][i]] for i in batch]
         cand, positive = candidate_set(oracles, [data["negatives"][data["oracle"][i]] + mined.get(i, [])
                                                  for i in batch])
@@ -374,6 +376,11 @@ def train(cfg: TrainConfig, backbone=None, force: bool = False) -> QueryHead:
     }
     head.cpu().save(out / "head")
     return head
+
+
+def _upcoming(order: list[int], start: int, n: int) -> list[int]:
+    """The next ``n`` question indices of the (cyclic) data order from position ``start``."""
+    return [order[(start + i) % len(order)] for i in range(n)]
 
 
 def _smooth(log: list[dict], last: int = 20) -> float:

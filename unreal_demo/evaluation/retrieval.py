@@ -134,10 +134,9 @@ def held_out(sample: int, seed: int, corpus_name: str = "full") -> tuple[list[Pa
     if corpus_name == "amazon":
         corpus, questions = load_squad("amazon")
         qs = random.Random(seed).sample(questions, min(sample, len(questions)))
-        where = {p.id: i for i, p in enumerate(corpus)}
-        return corpus, qs, [{where[q.passage_id]} for q in qs]
-    new_wiki, qs = sample_questions(sample, seed)
-    corpus = new_wiki + (load_summaries() if corpus_name == "full" else [])
+    else:
+        new_wiki, qs = sample_questions(sample, seed)
+        corpus = new_wiki + (load_summaries() if corpus_name == "full" else [])
     where = {p.id: i for i, p in enumerate(corpus)}
     return corpus, qs, [{where[q.passage_id]} for q in qs]
 
