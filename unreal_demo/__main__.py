@@ -81,8 +81,15 @@ def _eval(args: argparse.Namespace) -> None:
         from .evaluation.ablation import run_ablations
 
         result = run_ablations(args.steps, args.sample, args.out or "precomputed/ablations.json",
-                               args.only.split(",") if args.only else None, args.seed, args.sweep)
+                               args.only.split(",") if args.only else None, args.seed, args.sweep or "squad-l20")
         print(json.dumps(result) if args.json else result["markdown"])
+        return
+    if args.what == "heads":
+        from .evaluation.ablation import compare_heads
+
+        result = compare_heads(args.head.split(",") if args.head else [], args.sample,
+                               args.sweep or "mix-l25", args.seed, args.out)
+        print(json.dumps(result) if args.json else result["markdown"] + f"\nchosen: {result['chosen']}")
         return
     if args.what == "prompt":
         from tqdm import tqdm
@@ -338,9 +345,10 @@ def build_parser() -> argparse.ArgumentParser:
     tr.set_defaults(func=_train)
 
     ev = sub.add_parser("eval", help="held-out evaluation on SQuAD-Shifts New-Wiki")
-    ev.add_argument("what", choices=["retrieval", "intrinsic", "ablations", "qa", "prompt"],
+    ev.add_argument("what", choices=["retrieval", "intrinsic", "ablations", "heads", "qa", "prompt"],
                     help="prompt: the answering prompts on SQuAD dev questions with their gold paragraph "
-                         "(--methods names the prompts)")
+                         "(--methods names the prompts); heads: the heads of --head (a comma list) on a "
+                         "sweep's dev split, to choose the one that ships")
     ev.add_argument("--sample", type=int, default=500, help="number of held-out questions")
     ev.add_argument("--methods", default=None, help=f"retrieval: {','.join(retrieval.names('corpus'))} "
                     f"(--corpus index: {','.join(retrieval.names('index'))}); qa: none,oracle,"
@@ -356,8 +364,9 @@ def build_parser() -> argparse.ArgumentParser:
                          "(--index, default the full offline index)")
     ev.add_argument("--steps", type=int, default=60, help="ablations: training steps per variant")
     ev.add_argument("--only", default=None, help="ablations: comma list of name fragments to run")
-    ev.add_argument("--sweep", default="squad-l20", help="ablations: squad-l20 (the first sweep, SQuAD dev) or "
-                    "mix-l25 (around the long run: |C0|, P, head-mined negatives, τ, lr, ℓc 26-28)")
+    ev.add_argument("--sweep", default=None, help="ablations: squad-l20 (the first sweep, SQuAD dev; default) or "
+                    "mix-l25 (around the long run: |C0|, P, head-mined negatives, τ, lr, ℓc 26-28); heads: whose "
+                    "dev split scores the heads (default mix-l25)")
     ev.add_argument("--json", action="store_true")
     model_flags(ev, dtype=True)
     ev.set_defaults(func=_eval)

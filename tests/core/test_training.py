@@ -135,3 +135,32 @@ def test_dev_recall_is_logged(tiny, tmp_path):
         s = maxsim_reference(head.eval()(tiny, dev["questions"], dev["contexts"]), keys)
     assert dev_recall(head, tiny, dev) == {"dev_R@1": (s.argmax(1) == dev["gold"]).float().mean().item(),
                                            "dev_R@10": 1.0}
+
+
+def test_compare_heads_scores_each_head_and_picks_by_rule(tiny, tmp_path, monkeypatch):
+    import json
+
+    from unreal_demo.core.maxsim import maxsim_reference
+    from unreal_demo.evaluation import ablation
+
+    passages = ["Paris is the capital of France.", "Berlin is the capital of Germany.", "The fox jumps.",
+                "Rome is in Italy."]
+    questions, gold = ["capital of France?", "the fox?", "where is Rome?"], [{0}, {2}, {3}]
+    monkeypatch.setattr(ablation, "load_backbone", lambda model: tiny)
+    monkeypatch.setattr(ablation, "_dev_split", lambda spec, n, seed: (questions, gold, passages))
+    paths, r1 = [], []
+    keys = normalize_chunks(encode_chunks(tiny, passages, 3, 7))
+    for seed in (0, 1):
+        torch.manual_seed(seed)
+        head = new_head(TrainConfig(chunk_layer=3, n_ret=4, n_groups=2, n_context=0, n_pool=7), tiny)
+        head.save(tmp_path / f"h{seed}")
+        paths.append(str(tmp_path / f"h{seed}.json"))
+        with torch.no_grad():  # reference: exact MaxSim (Eq. 5) by the slow loop
+            s = maxsim_reference(head.eval()(tiny, questions, [[], [], []]), keys)
+        r1.append(sum(s[i].argmax().item() in g for i, g in enumerate(gold)) / len(gold))
+    out = ablation.compare_heads(paths, dev_sample=3, out=str(tmp_path / "choice.json"))
+    assert [r["R@1"] for r in out["rows"]] == pytest.approx(r1)
+    assert all(r["R@10"] == 1.0 for r in out["rows"])  # 4 passages
+    assert out["chosen"] == paths[max(range(2), key=lambda i: (round(r1[i] / 0.005), 1.0))]
+    assert json.loads((tmp_path / "choice.json").read_text())["chosen"] == out["chosen"]
+    assert len(out["markdown"].splitlines()) == 5 and "--sweep mix-l25" in out["command"]

@@ -88,6 +88,68 @@ def read_sweeps(path: Path) -> dict[str, dict]:
     return data["sweeps"] if "sweeps" in data else {"squad-l20": data}
 
 
+def _dev_split(spec: Sweep, dev_sample: int, seed: int) -> tuple[list[str], list[set[int]], list[str]]:
+    """A fixed sample of the sweep's dev questions: (question texts, gold paragraph ids, dev paragraph texts)."""
+    dev_corpus, dev_q = dev_questions(spec.base)
+    dev_q = random.Random(seed).sample(dev_q, min(dev_sample, len(dev_q)))
+    where = {p.id: i for i, p in enumerate(dev_corpus)}
+    return [q.text for q in dev_q], [{where[q.passage_id]} for q in dev_q], [p.text for p in dev_corpus]
+
+
+def compare_heads(heads: list[str], dev_sample: int = 400, sweep: str = "mix-l25", seed: int = 0,
+                  out: str | None = None) -> dict:
+    """Score finished heads on one sweep's dev split (exact MaxSim, Eq. 5) and name the best.
+
+    The rule: highest dev R@1, ties (within 0.005) broken by R@10. Used to decide which head ships; the
+    questions are dev questions, never the held-out sets the README reports.
+
+    Parameters
+    ----------
+    heads
+        Head files (``NAME.json``), each with its own ℓc and L_p; their dev keys are encoded if neither the
+        cache nor the repository holds them.
+
+    Returns
+    -------
+    ``{"setting", "command", "bm25", "rows", "chosen", "markdown"}``; written to ``out`` when given.
+
+    Raises
+    ------
+    InputError
+        Unknown sweep, or no head given.
+    """
+    spec = _sweep(sweep)
+    if not heads:
+        raise InputError("give the heads to compare with --head A.json,B.json")
+    backbone = load_backbone(spec.base.model)
+    texts, gold, dev_texts = _dev_split(spec, dev_sample, seed)
+    rows = []
+    for path in heads:
+        head = QueryHead.load(Path(path))
+        cfg = head.config
+        store = MemoryStore(dev_texts, training_keys(backbone, dev_texts, cfg.chunk_layer, cfg.n_pool,
+                                                     cfg.chunk_tokens))  # keys (M, L_p, d)
+        row = metrics(rankings(store, Explorer(backbone, head, Path(path)), texts, "unreal"), gold)
+        prov = cfg.provenance
+        rows.append({"head": str(path), "visits": prov.get("question_visits", 0), "data": prov.get("data", ""),
+                     "chunk_layer": cfg.chunk_layer} | row)
+    best = max(rows, key=lambda r: (round(r["R@1"] / 0.005), r["R@10"]))
+    cols = ["R@1", "R@5", "R@10", "MRR@10"]
+    bm25_row = metrics(rankings(corpus_store(dev_texts), None, texts, "bm25"), gold)
+    md = ["| head | visits | " + " | ".join(cols) + " |", "|---" * (len(cols) + 2) + "|",
+          "| BM25 (reference) | – | " + " | ".join(f"{bm25_row[c]:.3f}" for c in cols) + " |"]
+    md += [f"| {r['head']} | {r['visits']:,} | " + " | ".join(f"{r[c]:.3f}" for c in cols) + " |" for r in rows]
+    result = {"setting": f"dev split of sweep {sweep}: {len(texts)} {spec.dev}, corpus {len(dev_texts):,} dev "
+                         "paragraphs; rule: highest R@1, ties by R@10",
+              "command": f"python -m unreal_demo eval heads --head {','.join(heads)} --sweep {sweep} "
+                         f"--sample {len(texts)}",
+              "bm25": bm25_row, "rows": rows, "chosen": best["head"], "markdown": "\n".join(md)}
+    if out:
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
+        Path(out).write_text(json.dumps(result, indent=2, ensure_ascii=False))
+    return result
+
+
 def _keys_settings(sweep: Sweep, variants: dict[str, dict]) -> list[tuple[int, int]]:
     base = sweep.base
     return sorted({(v.get("chunk_layer", base.chunk_layer), v.get("n_pool", base.n_pool))
@@ -109,11 +171,7 @@ def run_ablations(steps: int = 60, dev_sample: int = 300, out: str = "precompute
     done = read_sweeps(path).get(sweep, {}).get("rows", [])
     done = [r for r in done if r["steps"] == steps and r["dev_questions"] == dev_sample]
     variants = {k: v for k, v in spec.variants.items() if not only or any(o in k for o in only)}
-    dev_corpus, dev_q = dev_questions(spec.base)
-    dev_q = random.Random(seed).sample(dev_q, min(dev_sample, len(dev_q)))
-    where = {p.id: i for i, p in enumerate(dev_corpus)}
-    gold = [{where[q.passage_id]} for q in dev_q]
-    texts, dev_texts = [q.text for q in dev_q], [p.text for p in dev_corpus]
+    texts, gold, dev_texts = _dev_split(spec, dev_sample, seed)
     train_passages = [p.text for p in train_split(spec.base)[0]]
     for corpus in (train_passages, dev_texts):  # encode what neither the cache nor the repository holds
         missing = [st for st in _keys_settings(spec, variants)
@@ -134,12 +192,12 @@ def run_ablations(steps: int = 60, dev_sample: int = 300, out: str = "precompute
                 backbone, dev_texts, cfg.chunk_layer, cfg.n_pool, cfg.chunk_tokens))  # keys (M, L_p, d)
         prov = head.config.provenance
         rows[name] = {"variant": name, "settings": {k: v for k, v in asdict(cfg).items() if k in overrides},
-                      "steps": steps, "dev_questions": len(dev_q), "params": head.n_params(),
+                      "steps": steps, "dev_questions": len(texts), "params": head.n_params(),
                       "final_loss": prov["final_loss"], "train_seconds": prov["seconds"],
                       "train_cpu_seconds": prov["cpu_seconds"]}
         rows[name] |= metrics(rankings(dev_stores[cfg.chunk_layer, cfg.n_pool], explorer, texts, "unreal"), gold)
-        _write(path, sweep, rows, bm25_row, steps, len(dev_q), len(dev_corpus))
-    return _write(path, sweep, rows, bm25_row, steps, len(dev_q), len(dev_corpus))
+        _write(path, sweep, rows, bm25_row, steps, len(texts), len(dev_texts))
+    return _write(path, sweep, rows, bm25_row, steps, len(texts), len(dev_texts))
 
 
 def _write(path: Path, sweep: str, rows: dict, bm25_row: dict, steps: int, n_q: int, n_corpus: int) -> dict:
