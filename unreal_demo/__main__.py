@@ -47,9 +47,16 @@ def _train(args: argparse.Namespace) -> None:
           f"{head.n_params():,} parameters, final loss {head.config.provenance['final_loss']}")
 
 
-def _servable(ix, methods: list[str], explicit: bool) -> list[str]:
-    """``methods`` the index can serve, checked before any work: a method asked for by name that it cannot
-    serve is an error; one from the default list is left out with a note."""
+def _servable(ix, explorer, methods: list[str], explicit: bool) -> list[str]:
+    """``methods`` the index (and the head) can serve, checked before any work: a method asked for by name
+    that cannot be served is an error; one from the default list is left out with a note."""
+    if "hybrid-fusion" in methods and explorer.head.config.fusion_weight is None:
+        why = (f"the head {explorer.head_source} has no score-fusion weight (fit one on the dev split with "
+               f"`eval heads --head {explorer.head_source} --save-fusion`)")
+        if explicit:
+            raise InputError(why)
+        print(f"note: {why}; hybrid-fusion left out", file=sys.stderr)
+        methods = [m for m in methods if m != "hybrid-fusion"]
     missing = ix.unsupported(methods)
     if not missing:
         return methods
@@ -88,7 +95,7 @@ def _eval(args: argparse.Namespace) -> None:
         from .evaluation.ablation import compare_heads
 
         result = compare_heads(args.head.split(",") if args.head else [], args.sample,
-                               args.sweep or "mix-l25", args.seed, args.out)
+                               args.sweep or "mix-l25", args.seed, args.out, args.save_fusion)
         print(json.dumps(result) if args.json else result["markdown"] + f"\nchosen: {result['chosen']}")
         return
     if args.what == "prompt":
@@ -126,7 +133,7 @@ def _eval(args: argparse.Namespace) -> None:
         methods = check_methods(args.methods.split(",") if args.methods else list(QA_METHODS))
         explorer = Explorer.load(args.model, head=args.head, require_head=True, dtype=args.dtype)
         ix = index.Index(args.index or index.default_index(explorer), verify=False)
-        methods = _servable(ix, methods, bool(args.methods))
+        methods = _servable(ix, explorer, methods, bool(args.methods))
         bar = tqdm(unit="question")
         result = run_qa_eval(explorer, ix, args.sample, methods, ks, args.seed,
                              args.out, progress=lambda m, d, t: (bar.set_description(f"qa {m}"),
@@ -142,7 +149,7 @@ def _eval(args: argparse.Namespace) -> None:
         methods = retrieval.check(args.methods.split(",") if args.methods else retrieval.names("index"), "index")
         explorer = Explorer.load(args.model, head=args.head, require_head=True, dtype=args.dtype)
         ix = index.Index(args.index or index.default_index(explorer), verify=False)
-        methods = _servable(ix, methods, bool(args.methods))
+        methods = _servable(ix, explorer, methods, bool(args.methods))
         result = run_index_retrieval_eval(explorer, ix, args.sample, methods, args.seed, args.out)
         print(json.dumps(result) if args.json else result["markdown"])
         return
@@ -367,6 +374,8 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--sweep", default=None, help="ablations: squad-l20 (the first sweep, SQuAD dev; default) or "
                     "mix-l25 (around the long run: |C0|, P, head-mined negatives, τ, lr, ℓc 26-28); heads: whose "
                     "dev split scores the heads (default mix-l25)")
+    ev.add_argument("--save-fusion", action="store_true", help="heads: write each head's dev-fitted score-fusion "
+                    "weight into its JSON (what hybrid-fusion uses)")
     ev.add_argument("--json", action="store_true")
     model_flags(ev, dtype=True)
     ev.set_defaults(func=_eval)

@@ -147,7 +147,7 @@ def test_compare_heads_scores_each_head_and_picks_by_rule(tiny, tmp_path, monkey
                 "Rome is in Italy."]
     questions, gold = ["capital of France?", "the fox?", "where is Rome?"], [{0}, {2}, {3}]
     monkeypatch.setattr(ablation, "load_backbone", lambda model: tiny)
-    monkeypatch.setattr(ablation, "_dev_split", lambda spec, n, seed: (questions, gold, passages))
+    monkeypatch.setattr(ablation, "sample_dev", lambda cfg, n, seed: (questions, gold, passages))
     paths, r1 = [], []
     keys = normalize_chunks(encode_chunks(tiny, passages, 3, 7))
     for seed in (0, 1):
@@ -164,3 +164,10 @@ def test_compare_heads_scores_each_head_and_picks_by_rule(tiny, tmp_path, monkey
     assert out["chosen"] == paths[max(range(2), key=lambda i: (round(r1[i] / 0.005), 1.0))]
     assert json.loads((tmp_path / "choice.json").read_text())["chosen"] == out["chosen"]
     assert len(out["markdown"].splitlines()) == 5 and "--sweep mix-l25" in out["command"]
+    # --save-fusion writes each head's dev-fitted w where hybrid-fusion reads it
+    from unreal_demo.core.head import QueryHead
+
+    assert QueryHead.load(paths[0]).config.fusion_weight is None
+    saved = ablation.compare_heads(paths, dev_sample=3, save_fusion=True)
+    for path, row in zip(paths, saved["rows"], strict=True):
+        assert 0 <= row["fusion_weight"] <= 1 and QueryHead.load(path).config.fusion_weight == row["fusion_weight"]

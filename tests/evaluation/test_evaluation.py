@@ -87,10 +87,12 @@ def test_corpus_store_methods_on_tiny_model(tiny, monkeypatch, tmp_path):
 
 def test_index_retrieval_eval_counts_any_chunk_of_the_gold_paragraph(tmp_path, tiny, monkeypatch):
     from unreal_demo.core.head import untrained_head
+    from unreal_demo.core.selection import zscore
     from unreal_demo.data.sources import Passage, Question
+    from unreal_demo.errors import UserError
     from unreal_demo.evaluation import retrieval as evaluation
     from unreal_demo.pipeline import Explorer
-    from unreal_demo.retrieval.registry import retrieve
+    from unreal_demo.retrieval.registry import all_scores, retrieve
     from unreal_demo.store import index as idx
 
     passages = [Passage(f"p{i}", f"T{i}", f"Item {i} weighs {i * 3} kilograms. " * (1 + 8 * (i % 2)), "t")
@@ -108,6 +110,17 @@ def test_index_retrieval_eval_counts_any_chunk_of_the_gold_paragraph(tmp_path, t
     for k in (1, 5, 10):
         assert result["table"][0][f"R@{k}"] == round(evaluation.recall_at_k(ranked, gold, k), 4)
     assert [r["key"] for r in result["table"]] == ["bm25", "unreal"] and result["table"][1]["n"] == 10
+    # score fusion over the index with the head's own dev-fitted w, against w·z(U) + (1−w)·z(BM25) by hand
+    with pytest.raises(UserError, match="no score-fusion weight"):
+        evaluation.run_index_retrieval_eval(explorer, ix, sample=10, methods=["hybrid-fusion"], seed=0)
+    explorer.head.config.fusion_weight = 0.3
+    fused = evaluation.run_index_retrieval_eval(explorer, ix, sample=10, methods=["hybrid-fusion"], seed=0)
+    texts = [q.text for q in order]
+    u = all_scores(ix, explorer, texts, "unreal")[1]  # (Q, M)
+    by_hand = (0.3 * zscore(u) + 0.7 * zscore(ix.bm25_scores(texts))).topk(20, dim=1).indices.tolist()
+    assert fused["fusion_weight"] == 0.3 and "w=0.3" in fused["table"][0]["method"]
+    assert fused["table"][0]["R@1"] == round(evaluation.recall_at_k(by_hand, gold, 1), 4)
+    assert fused["table"][0]["MRR@10"] == round(evaluation.mrr_at_k(by_hand, gold), 4)
 
 
 def test_amazon_corpus_is_its_own_reviews_and_questions(monkeypatch):

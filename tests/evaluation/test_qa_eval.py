@@ -21,7 +21,8 @@ GOLD = {p.id: p.text for p in PASSAGES}
 @pytest.fixture()
 def setup(tmp_path, tiny, monkeypatch):
     monkeypatch.setenv("UNREAL_CACHE", str(tmp_path / "cache"))
-    explorer = Explorer(tiny, untrained_head(tiny, n_ret=4, n_groups=2, chunk_layer=3, n_context=1), None)
+    explorer = Explorer(tiny, untrained_head(tiny, n_ret=4, n_groups=2, chunk_layer=3, n_context=1,
+                                             fusion_weight=0.5), None)
     idx.build_index(tmp_path / "ix", tiny, PASSAGES, layer=3, shard_size=5, token_states=True, dense=True)
     return explorer, idx.Index(tmp_path / "ix")
 
@@ -35,7 +36,7 @@ def test_every_method_sees_the_same_questions_and_prompt(setup):
         templates = {runs[m]["rows"][j]["template"] for m in qa_eval.METHODS if m != "none"}
         assert len(templates) == 1  # the prompts differ only in their passages
         assert runs["none"]["rows"][j]["prompt_tokens"] == len(prompt_ids(explorer.backbone, [], QS[j].text))
-    for m in ("bm25", "dense", "sparse", "hybrid-rrf", "unreal"):
+    for m in ("bm25", "dense", "sparse", "hybrid-rrf", "hybrid-fusion", "unreal"):
         for x in runs[m]["rows"]:
             assert len(x["chunks"]) == 3 and x["chunks"] == sorted(x["chunks"])  # k chunks, index order
 

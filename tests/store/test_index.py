@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -247,10 +248,18 @@ def test_methods_an_index_cannot_serve_are_known_before_any_work(tmp_path, tiny,
     build(tmp_path, tiny, dense=False)
     ix = idx.Index(tmp_path / "ix")
     assert ix.unsupported(["unreal", "bm25", "sparse", "dense"]) == {"sparse": "--token-states", "dense": "--dense"}
-    assert _servable(ix, ["bm25", "sparse", "unreal"], explicit=False) == ["bm25", "unreal"]
+    explorer = SimpleNamespace(head=SimpleNamespace(config=SimpleNamespace(fusion_weight=None)), head_source="h.json")
+    assert _servable(ix, explorer, ["bm25", "sparse", "unreal"], explicit=False) == ["bm25", "unreal"]
     assert "no data for sparse" in capsys.readouterr().err
     with pytest.raises(InputError, match="cannot serve sparse"):
-        _servable(ix, ["sparse"], explicit=True)
+        _servable(ix, explorer, ["sparse"], explicit=True)
+    # score fusion needs the head's dev-fitted weight: left out of the default list, an error by name
+    assert _servable(ix, explorer, ["unreal", "hybrid-fusion"], explicit=False) == ["unreal"]
+    assert "no score-fusion weight" in capsys.readouterr().err
+    with pytest.raises(InputError, match="eval heads --head h.json --save-fusion"):
+        _servable(ix, explorer, ["hybrid-fusion"], explicit=True)
+    explorer.head.config.fusion_weight = 0.6
+    assert _servable(ix, explorer, ["unreal", "hybrid-fusion"], explicit=True) == ["unreal", "hybrid-fusion"]
 
 
 def test_a_resumed_build_never_mixes_encoding_dtypes(tmp_path, tiny):

@@ -60,6 +60,7 @@ class HeadConfig:
     normalize: bool = True  # L2-normalise query groups and pooled chunk vectors
     temperature: float = 0.05
     trained: bool = False
+    fusion_weight: float | None = None  # w of the score-fusion hybrid, fitted on the dev split (eval heads)
     provenance: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:

@@ -146,6 +146,13 @@ def dev_questions(cfg: TrainConfig) -> tuple[list[Passage], list[Question]]:
     return _split(cfg)[1]
 
 
+def sample_dev(cfg: TrainConfig, n: int, seed: int) -> tuple[list[str], list[set[int]], list[str]]:
+    """A seeded sample of ``n`` dev questions: (question texts, gold paragraph ids, all dev paragraph texts)."""
+    corpus, questions = dev_questions(cfg)
+    questions = random.Random(seed).sample(questions, min(n, len(questions)))
+    where = {p.id: i for i, p in enumerate(corpus)}
+    return [q.text for q in questions], [{where[q.passage_id]} for q in questions], [p.text for p in corpus]
+
 
 def _split(cfg: TrainConfig) -> list[tuple[list[Passage], list[Question]]]:
     """(paragraphs, questions) of the train and the dev articles (disjoint by article), over every source."""
@@ -197,15 +204,12 @@ def prepare_dev(cfg: TrainConfig, backbone) -> dict | None:
     """A fixed sample of dev questions with their C0 and the dev paragraphs' keys, for R@1 in the log."""
     if not cfg.dev_every:
         return None
-    corpus, dev_q = dev_questions(cfg)
-    dev_q = random.Random(cfg.seed).sample(dev_q, min(cfg.dev_sample, len(dev_q)))
-    bm25 = BM25([p.text for p in corpus])
-    ctx_ids, _ = bm25.search([q.text for q in dev_q], k=cfg.n_context) if cfg.n_context else (None, None)
-    keys = _keys(cfg, backbone, [p.text for p in corpus])
-    where = {p.id: i for i, p in enumerate(corpus)}
-    return {"questions": [q.text for q in dev_q], "gold": torch.tensor([where[q.passage_id] for q in dev_q]),
-            "contexts": [[corpus[j].text for j in ctx_ids[i]] if cfg.n_context else [] for i in range(len(dev_q))],
-            "keys": normalize_chunks(keys), "passages": len(corpus)}
+    texts, gold, passages = sample_dev(cfg, cfg.dev_sample, cfg.seed)
+    ctx_ids, _ = BM25(passages).search(texts, k=cfg.n_context) if cfg.n_context else (None, None)
+    keys = _keys(cfg, backbone, passages)
+    return {"questions": texts, "gold": torch.tensor([min(g) for g in gold]),
+            "contexts": [[passages[j] for j in ctx_ids[i]] if cfg.n_context else [] for i in range(len(texts))],
+            "keys": normalize_chunks(keys), "passages": len(passages)}
 
 
 @torch.no_grad()

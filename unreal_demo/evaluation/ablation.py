@@ -18,19 +18,18 @@ file, so a killed sweep resumes where it stopped.
 from __future__ import annotations
 
 import json
-import random
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from ..core.backbone import cache_dir, load_backbone
 from ..core.encoding import cache_folder, warm_cache
 from ..core.head import QueryHead
-from ..core.training import TrainConfig, dev_questions, train, train_split
+from ..core.training import TrainConfig, sample_dev, train, train_split
 from ..errors import InputError
 from ..pipeline import Explorer
-from ..retrieval.registry import MemoryStore
+from ..retrieval.registry import MemoryStore, all_scores
 from ..store.shipped_keys import shipped_path, training_keys
-from .retrieval import corpus_store, metrics, rankings
+from .retrieval import corpus_store, fit_fusion_weight, metrics, rankings
 
 
 @dataclass(frozen=True)
@@ -88,16 +87,8 @@ def read_sweeps(path: Path) -> dict[str, dict]:
     return data["sweeps"] if "sweeps" in data else {"squad-l20": data}
 
 
-def _dev_split(spec: Sweep, dev_sample: int, seed: int) -> tuple[list[str], list[set[int]], list[str]]:
-    """A fixed sample of the sweep's dev questions: (question texts, gold paragraph ids, dev paragraph texts)."""
-    dev_corpus, dev_q = dev_questions(spec.base)
-    dev_q = random.Random(seed).sample(dev_q, min(dev_sample, len(dev_q)))
-    where = {p.id: i for i, p in enumerate(dev_corpus)}
-    return [q.text for q in dev_q], [{where[q.passage_id]} for q in dev_q], [p.text for p in dev_corpus]
-
-
 def compare_heads(heads: list[str], dev_sample: int = 400, sweep: str = "mix-l25", seed: int = 0,
-                  out: str | None = None) -> dict:
+                  out: str | None = None, save_fusion: bool = False) -> dict:
     """Score finished heads on one sweep's dev split (exact MaxSim, Eq. 5) and name the best.
 
     The rule: highest dev R@1, ties (within 0.005) broken by R@10. Used to decide which head ships; the
@@ -108,6 +99,9 @@ def compare_heads(heads: list[str], dev_sample: int = 400, sweep: str = "mix-l25
     heads
         Head files (``NAME.json``), each with its own ℓc and L_p; their dev keys are encoded if neither the
         cache nor the repository holds them.
+    save_fusion
+        Write each head's score-fusion weight w (``w·z(UNREAL) + (1−w)·z(BM25)``, the grid value with the best
+        dev MRR@10) into its JSON, where ``hybrid-fusion`` reads it.
 
     Returns
     -------
@@ -122,27 +116,33 @@ def compare_heads(heads: list[str], dev_sample: int = 400, sweep: str = "mix-l25
     if not heads:
         raise InputError("give the heads to compare with --head A.json,B.json")
     backbone = load_backbone(spec.base.model)
-    texts, gold, dev_texts = _dev_split(spec, dev_sample, seed)
+    texts, gold, dev_texts = sample_dev(spec.base, dev_sample, seed)
     rows = []
     for path in heads:
         head = QueryHead.load(Path(path))
         cfg = head.config
         store = MemoryStore(dev_texts, training_keys(backbone, dev_texts, cfg.chunk_layer, cfg.n_pool,
                                                      cfg.chunk_tokens))  # keys (M, L_p, d)
-        row = metrics(rankings(store, Explorer(backbone, head, Path(path)), texts, "unreal"), gold)
+        explorer = Explorer(backbone, head, Path(path))
+        found, scores = all_scores(store, explorer, texts, "unreal")  # scores (Q, M)
+        weight = fit_fusion_weight(scores, store.bm25_scores(texts), gold)
+        if save_fusion:
+            cfg.fusion_weight = weight
+            head.save(Path(path))
         prov = cfg.provenance
         rows.append({"head": str(path), "visits": prov.get("question_visits", 0), "data": prov.get("data", ""),
-                     "chunk_layer": cfg.chunk_layer} | row)
+                     "chunk_layer": cfg.chunk_layer, "fusion_weight": weight} | metrics(found.ids, gold))
     best = max(rows, key=lambda r: (round(r["R@1"] / 0.005), r["R@10"]))
     cols = ["R@1", "R@5", "R@10", "MRR@10"]
     bm25_row = metrics(rankings(corpus_store(dev_texts), None, texts, "bm25"), gold)
-    md = ["| head | visits | " + " | ".join(cols) + " |", "|---" * (len(cols) + 2) + "|",
-          "| BM25 (reference) | – | " + " | ".join(f"{bm25_row[c]:.3f}" for c in cols) + " |"]
-    md += [f"| {r['head']} | {r['visits']:,} | " + " | ".join(f"{r[c]:.3f}" for c in cols) + " |" for r in rows]
+    md = ["| head | visits | " + " | ".join(cols) + " | fusion w |", "|---" * (len(cols) + 3) + "|",
+          "| BM25 (reference) | – | " + " | ".join(f"{bm25_row[c]:.3f}" for c in cols) + " | – |"]
+    md += [f"| {r['head']} | {r['visits']:,} | " + " | ".join(f"{r[c]:.3f}" for c in cols)
+           + f" | {r['fusion_weight']} |" for r in rows]
     result = {"setting": f"dev split of sweep {sweep}: {len(texts)} {spec.dev}, corpus {len(dev_texts):,} dev "
                          "paragraphs; rule: highest R@1, ties by R@10",
               "command": f"python -m unreal_demo eval heads --head {','.join(heads)} --sweep {sweep} "
-                         f"--sample {len(texts)}",
+                         f"--sample {len(texts)}" + (" --save-fusion" if save_fusion else ""),
               "bm25": bm25_row, "rows": rows, "chosen": best["head"], "markdown": "\n".join(md)}
     if out:
         Path(out).parent.mkdir(parents=True, exist_ok=True)
@@ -171,7 +171,7 @@ def run_ablations(steps: int = 60, dev_sample: int = 300, out: str = "precompute
     done = read_sweeps(path).get(sweep, {}).get("rows", [])
     done = [r for r in done if r["steps"] == steps and r["dev_questions"] == dev_sample]
     variants = {k: v for k, v in spec.variants.items() if not only or any(o in k for o in only)}
-    texts, gold, dev_texts = _dev_split(spec, dev_sample, seed)
+    texts, gold, dev_texts = sample_dev(spec.base, dev_sample, seed)
     train_passages = [p.text for p in train_split(spec.base)[0]]
     for corpus in (train_passages, dev_texts):  # encode what neither the cache nor the repository holds
         missing = [st for st in _keys_settings(spec, variants)

@@ -28,7 +28,7 @@ from ..core.encoding import cached_encode
 from ..core.selection import zscore
 from ..data.sources import Passage, load_squad, load_summaries, read_jsonl
 from ..errors import UserError
-from ..retrieval.registry import METHODS, MemoryStore, all_scores, check, retrieve
+from ..retrieval.registry import METHODS, MemoryStore, check, retrieve
 from .results import write_result
 
 KS = (1, 5, 10, 20)
@@ -121,6 +121,22 @@ def fit_fusion_weight(unreal: torch.Tensor, bm25: torch.Tensor, gold: Sequence[s
     return best[1]
 
 
+def fusion_weight(explorer, methods: Sequence[str]) -> float | None:
+    """The head's score-fusion weight w when ``hybrid-fusion`` is asked for (fitted on the dev split).
+
+    Raises
+    ------
+    UserError
+        ``hybrid-fusion`` asked for with a head that has no fitted weight.
+    """
+    if "hybrid-fusion" not in methods:
+        return None
+    if explorer.head.config.fusion_weight is None:
+        raise UserError(f"the head {explorer.head_source} has no score-fusion weight: fit it on the dev split with "
+                        f"`python -m unreal_demo eval heads --head {explorer.head_source} --save-fusion`")
+    return explorer.head.config.fusion_weight
+
+
 CORPORA = {"full": "1,581 New-Wiki paragraphs + 10,033 Wikipedia summaries",
            "new_wiki": "the 1,581 New-Wiki paragraphs alone",
            "amazon": "the 2,050 Amazon product reviews of SQuAD-Shifts (out of domain: never trained on)"}
@@ -149,9 +165,8 @@ def sample_questions(sample: int, seed: int) -> tuple[list[Passage], list]:
 
 def run_retrieval_eval(sample: int = 500, methods: Sequence[str] = ("bm25", "dense", "untrained", "unreal"),
                        head: str | None = None, model: str = DEFAULT_MODEL, out: str | None = None,
-                       seed: int = 0, dev_sample: int = 300, corpus_name: str = "full") -> dict:
+                       seed: int = 0, corpus_name: str = "full") -> dict:
     """Held-out retrieval for each method; returns (and optionally writes) the result table."""
-    from ..core.training import TrainConfig, dev_questions
     from ..pipeline import Explorer
 
     methods = check(methods, "corpus")
@@ -161,19 +176,11 @@ def run_retrieval_eval(sample: int = 500, methods: Sequence[str] = ("bm25", "den
     corpus, qs, gold = held_out(sample, seed, corpus_name)
     store = corpus_store([p.text for p in corpus], explorer, keep_tokens="sparse" in methods)
     texts = [q.text for q in qs]
-    weight = None
-    if "hybrid-fusion" in methods:
-        dev_corpus, dev_q = dev_questions(TrainConfig())
-        dev_q = random.Random(seed).sample(dev_q, min(dev_sample, len(dev_q)))
-        where = {p.id: i for i, p in enumerate(dev_corpus)}
-        dev_store = corpus_store([p.text for p in dev_corpus], explorer)
-        dev_texts = [q.text for q in dev_q]
-        weight = fit_fusion_weight(all_scores(dev_store, explorer, dev_texts, "unreal")[1],
-                                   dev_store.bm25_scores(dev_texts), [{where[q.passage_id]} for q in dev_q])
+    weight = fusion_weight(explorer, methods)
     rows, seconds, memo = [], {}, {}
     for m in methods:
         t0 = time.perf_counter()
-        ranked = rankings(store, explorer, texts, m, fusion_weight=weight, memo=memo)
+        ranked = rankings(store, explorer, texts, m, memo=memo)
         seconds[m] = round(time.perf_counter() - t0, 1)
         label = METHODS[m].label + (f" (w={weight} fitted on dev)" if m == "hybrid-fusion" else "")
         rows.append({"method": label, "key": m} | metrics(ranked, gold) | {"n": len(gold)})
@@ -194,6 +201,7 @@ def run_index_retrieval_eval(explorer, index, sample: int = 1000,
     """Held-out retrieval against a built index (chunks, not paragraphs): a hit is any chunk of the gold
     paragraph. The same seeded New-Wiki questions as :func:`held_out`."""
     methods = check(methods, "index")
+    weight = fusion_weight(explorer, methods)
     index.check_backbone(explorer.backbone, explorer.head.config.chunk_layer)
     _, qs = sample_questions(sample, seed)
     by_passage: dict[str, set[int]] = {}
@@ -207,12 +215,14 @@ def run_index_retrieval_eval(explorer, index, sample: int = 1000,
         t0 = time.perf_counter()
         ranked = rankings(index, explorer, [q.text for q in qs], m, depth=20, memo=memo)
         seconds[m] = round(time.perf_counter() - t0, 1)
-        rows.append({"method": METHODS[m].label, "key": m} | metrics(ranked, gold) | {"n": len(gold)})
+        label = METHODS[m].label + (f" (w={weight} fitted on dev)" if m == "hybrid-fusion" else "")
+        rows.append({"method": label, "key": m} | metrics(ranked, gold) | {"n": len(gold)})
     m_ = index.manifest
     result = {"setting": f"{len(qs)} SQuAD-Shifts New-Wiki questions (seed {seed}) against the {m_['chunks']:,}-chunk "
                          f"index of {m_['passages']:,} passages (a hit: any chunk of the gold paragraph); head "
                          f"{explorer.head_source}",
-              "corpus": "index", "seconds": seconds, "table": rows, "markdown": _markdown(rows)}
+              "corpus": "index", "seconds": seconds, "fusion_weight": weight, "table": rows,
+              "markdown": _markdown(rows)}
     return write_result(result, out, explorer)
 
 

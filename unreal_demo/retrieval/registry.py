@@ -52,7 +52,7 @@ METHODS: dict[str, Method] = {m.name: m for m in [
     Method("hybrid-rrf", "UNREAL + BM25, RRF (k=60)", "reciprocal-rank fusion of the UNREAL and BM25 top-100",
            True),
     Method("hybrid-fusion", "UNREAL + BM25, score fusion", "w·z(UNREAL) + (1−w)·z(BM25), w fitted on the dev split",
-           True, frozenset({"corpus"})),
+           True, frozenset({"corpus", "index"})),
     Method("untrained", "untrained backbone (mean state at ℓc, cosine)", "no training: mean-pooled states, cosine",
            True, frozenset({"corpus"})),
     Method("full", "full context", "every chunk, no selection", False, frozenset({"document"})),
@@ -247,7 +247,7 @@ def retrieve(store, explorer, queries: Sequence[str], k: int, method: str,
     store : a :class:`MemoryStore` or an :class:`index.Index`.
     explorer : the backbone and head (:class:`pipeline.Explorer`); None for bm25 and dense.
     method : a registry name (or an alias, see :func:`canonical`).
-    fusion_weight : w of ``hybrid-fusion`` (fitted on the dev split by the caller).
+    fusion_weight : w of ``hybrid-fusion``; default the head's own (fitted on the dev split, ``eval heads``).
     vectors : the head's query vectors ``(Q, G, d)`` of these queries over this store, from an earlier
         :func:`retrieve` (its ``query_vectors``), so that unreal and the hybrids encode the queries once.
 
@@ -303,8 +303,10 @@ def retrieve(store, explorer, queries: Sequence[str], k: int, method: str,
         fused = [reciprocal_rank_fusion([u, b])[:k] for u, b in zip(ids.tolist(), b_ids.tolist(), strict=True)]
         return Retrieval([[i for i, _ in r] for r in fused], [[s for _, s in r] for r in fused], timings, q)
     if method == "hybrid-fusion":
+        fusion_weight = c.fusion_weight if fusion_weight is None else fusion_weight
         if fusion_weight is None:
-            raise RetrievalError("hybrid-fusion needs a fusion weight fitted on the dev split")
+            raise RetrievalError("hybrid-fusion needs a fusion weight fitted on the dev split; this head has none "
+                                 "(fit it with `python -m unreal_demo eval heads --head HEAD.json --save-fusion`)")
         full_u = _chunk_order(ids, scores, len(store))  # (Q, M)
         fused = fusion_weight * zscore(full_u) + (1 - fusion_weight) * zscore(store.bm25_scores(queries))
         f_scores, f_ids = _topk(fused, k)
