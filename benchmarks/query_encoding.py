@@ -26,7 +26,7 @@ from unreal_demo.core.head import QueryHead, untrained_head
 from unreal_demo.data.sources import load_squad
 from unreal_demo.pipeline import Explorer
 from unreal_demo.retrieval.registry import MemoryStore, contexts, query_vectors
-from unreal_demo.settings import PRECOMPUTED
+from unreal_demo.settings import DEFAULT_HEADS
 
 SETTINGS = {  # name → head overrides; the first is the shipped head's shape
     "|C0| = 2, R = 32, no P (shipped)": {},
@@ -69,7 +69,7 @@ def main() -> None:
     texts = [q.text for q in picked]
     store = MemoryStore([p.text for p in passages])
     _, bm25_ids = store.bm25_topk(texts, max(s.get("n_context", 0) for s in SETTINGS.values()))  # (Q, 5)
-    shipped = QueryHead.load(PRECOMPUTED / "heads" / "smollm2-135m" / "head")
+    shipped = QueryHead.load(DEFAULT_HEADS[DEFAULT_MODEL])
     base = {k: getattr(shipped.config, k) for k in ("chunk_layer", "n_pool", "n_ret", "n_groups", "n_context",
                                                       "context_tokens", "use_prompt")}
     rows = [{"setting": "shipped head (trained weights)", "overrides": {},

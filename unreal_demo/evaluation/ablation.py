@@ -56,12 +56,11 @@ SWEEPS: dict[str, Sweep] = {
     "mix-l25": Sweep(
         TrainConfig(sources="squad_dev,nyt,reddit", chunk_layer=25, n_pool=7, n_ret=32, n_groups=4, n_context=2,
                     negatives=15, steps=100, warmup=10, checkpoint_every=10),
-        {"base (ℓc=25, |C0|=2, no P, 15 BM25 HN, τ=0.05, lr=5e-3)": {},
-         "|C0| = 0": {"n_context": 0}, "|C0| = 5": {"n_context": 5},
-         "soft prompt P on": {"use_prompt": True},
+        {"base (ℓc=25, |C0|=2, no P, 15 BM25 HN, τ=0.05, lr=5e-3)": {},  # run in this order (resumable)
+         "|C0| = 5": {"n_context": 5}, "soft prompt P on": {"use_prompt": True},
          "+ 8 head-mined negatives (refreshed every 25 steps)": {"mined": 8, "mine_every": 25},
-         "τ = 0.02": {"temperature": 0.02}, "τ = 0.1": {"temperature": 0.1},
-         "lr = 2e-3": {"lr": 2e-3}, "lr = 1e-2": {"lr": 1e-2},
+         "τ = 0.1": {"temperature": 0.1}, "lr = 1e-2": {"lr": 1e-2}, "|C0| = 0": {"n_context": 0},
+         "τ = 0.02": {"temperature": 0.02}, "lr = 2e-3": {"lr": 2e-3},
          "ℓc = 26": {"chunk_layer": 26}, "ℓc = 27": {"chunk_layer": 27}, "ℓc = 28": {"chunk_layer": 28}},
         "questions of SQuAD dev, NYT and Reddit from articles disjoint from train"),
 }
@@ -115,11 +114,11 @@ def compare_heads(heads: list[str], dev_sample: int = 400, sweep: str = "mix-l25
     spec = _sweep(sweep)
     if not heads:
         raise InputError("give the heads to compare with --head A.json,B.json")
+    loaded = [QueryHead.load(Path(path)) for path in heads]  # a missing or damaged head fails before the model loads
     backbone = load_backbone(spec.base.model)
     texts, gold, dev_texts = sample_dev(spec.base, dev_sample, seed)
     rows = []
-    for path in heads:
-        head = QueryHead.load(Path(path))
+    for path, head in zip(heads, loaded, strict=True):
         cfg = head.config
         store = MemoryStore(dev_texts, training_keys(backbone, dev_texts, cfg.chunk_layer, cfg.n_pool,
                                                      cfg.chunk_tokens))  # keys (M, L_p, d)
