@@ -42,7 +42,9 @@ SHOTS = (
      "In what country is Normandy located?", "France"),
 )
 SHOT_ARTICLES = ("Super_Bowl_50", "Normans")
-PROMPTS = {p.name: p for p in (Prompt("instruction"), Prompt("two-shot", shots=SHOTS))}
+EXTRACT = "Copy the shortest phrase of the context that answers the question. Reply with that phrase only."
+PROMPTS = {p.name: p for p in (Prompt("instruction"), Prompt("two-shot", shots=SHOTS),
+                               Prompt("two-shot-extract", instruction=EXTRACT, shots=SHOTS))}
 DEFAULT_PROMPT = "two-shot"  # chosen on SQuAD dev: precomputed/prompt_choice.json (python -m unreal_demo eval prompt)
 
 
