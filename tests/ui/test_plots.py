@@ -39,3 +39,19 @@ class TestTopnCurve:
     def test_rows_without_intervals_get_no_band(self):
         rows = [{"method": "bm25", "length": 2000, "n": 1, "f1": 0.2, "recall": 0.5}]
         assert not [t for t in plots.topn_curve(rows, 2000).data if t.fill == "toself"]
+
+
+def test_dev_curve_plots_the_logged_dev_recall_with_wilson_bands():
+    from unreal_demo.evaluation.retrieval import wilson
+    from unreal_demo.ui.plots import dev_curve
+
+    log = [{"step": 1, "visits": 16, "loss": 3.0}, {"step": 100, "visits": 1600, "loss": 2.0, "dev_R@1": 0.5,
+                                                    "dev_R@10": 0.8},
+           {"step": 200, "visits": 3200, "loss": 1.5, "dev_R@1": 0.6, "dev_R@10": 0.85}]
+    fig = dev_curve(log, questions=200)
+    band, line = fig.data[0], fig.data[1]
+    assert list(line.x) == [1600, 3200] and list(line.y) == [0.5, 0.6] and line.name == "R@1"
+    assert list(band.y)[:2] == [wilson(0.5, 200)[1], wilson(0.6, 200)[1]]
+    assert list(band.y)[2:] == [wilson(0.6, 200)[0], wilson(0.5, 200)[0]]
+    assert len(dev_curve(log).data) == 2  # no bands without the number of questions
+    assert dev_curve(log[:1]).layout.annotations[0].text == "no dev evaluation in this log"

@@ -29,6 +29,7 @@ from ..errors import InputError
 from ..pipeline import Explorer
 from ..retrieval.registry import MemoryStore, all_scores
 from ..store.shipped_keys import shipped_path, training_keys
+from .results import write_result
 from .retrieval import corpus_store, fit_fusion_weight, metrics, rankings
 
 
@@ -143,10 +144,7 @@ def compare_heads(heads: list[str], dev_sample: int = 400, sweep: str = "mix-l25
               "command": f"python -m unreal_demo eval heads --head {','.join(heads)} --sweep {sweep} "
                          f"--sample {len(texts)}" + (" --save-fusion" if save_fusion else ""),
               "bm25": bm25_row, "rows": rows, "chosen": best["head"], "markdown": "\n".join(md)}
-    if out:
-        Path(out).parent.mkdir(parents=True, exist_ok=True)
-        Path(out).write_text(json.dumps(result, indent=2, ensure_ascii=False))
-    return result
+    return write_result(result, out)
 
 
 def _keys_settings(sweep: Sweep, variants: dict[str, dict]) -> list[tuple[int, int]]:

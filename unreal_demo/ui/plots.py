@@ -69,6 +69,30 @@ def loss_curve(log: Sequence[dict], window: int = 20) -> go.Figure:
     return fig.update_layout(title="InfoNCE loss (Eq. 6)", xaxis_title="step", yaxis_title="loss", height=320)
 
 
+def dev_curve(log: Sequence[dict], questions: int | None = None) -> go.Figure:
+    """Dev R@1 and R@10 against question visits (the log's ``dev_R@k`` rows), 95% Wilson bands when the
+    number of dev questions is known: where the curve flattens within its bands, more budget stops paying."""
+    from ..evaluation.retrieval import wilson
+
+    rows = [r for r in log if "dev_R@1" in r]
+    fig = go.Figure()
+    if not rows:
+        fig.add_annotation(text="no dev evaluation in this log", showarrow=False)
+        return fig
+    xs = [r["visits"] for r in rows]
+    for metric, colour in (("dev_R@1", ACCENT), ("dev_R@10", "#3d5a80")):
+        ys = [r[metric] for r in rows]
+        if questions:
+            spans = [wilson(y, questions) for y in ys]
+            fig.add_scatter(x=[*xs, *xs[::-1]], y=[s[1] for s in spans] + [s[0] for s in spans][::-1],
+                            fill="toself", fillcolor=_rgba(colour, 0.15), line={"width": 0}, hoverinfo="skip",
+                            showlegend=False)
+        fig.add_scatter(x=xs, y=ys, mode="lines+markers", name=metric.removeprefix("dev_"), line={"color": colour})
+    band = f"; bands: 95% intervals over {questions} dev questions" if questions else ""
+    return fig.update_layout(title=f"Dev recall against question visits{band}", xaxis_title="question visits",
+                             yaxis_title="recall", yaxis_range=[0, 1], height=320)
+
+
 def metric_bars(table: pd.DataFrame, metrics: Sequence[str] = ("R@1", "R@10"),
                 title: str = "held-out retrieval") -> go.Figure:
     """Grouped bars of metrics in [0, 1] per method (rows of ``table``, a ``method`` column)."""

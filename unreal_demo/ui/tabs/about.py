@@ -33,9 +33,21 @@ def build_tab(loader: Loading) -> Ready:
         gr.Plot(plots.loss_curve(log), label="training loss")
         gr.Markdown("*What to look for:* the loss (smoothed) against ln |B(x)|, the loss of a uniform guess over "
                     "the candidates; a curve still falling at the end means more steps would help.")
+        if any("dev_R@1" in r for r in log):
+            config = log_path.parent / "train_config.json"
+            n_dev = json.loads(config.read_text()).get("dev_sample") if config.exists() else None
+            gr.Plot(plots.dev_curve(log, n_dev), label="dev recall")
+            gr.Markdown("*What to look for:* dev R@1 (dev articles, never trained on) against question visits; "
+                        "once the curve stays inside its bands, more of the same budget stops helping.")
+    choice = PRECOMPUTED / "head_choice.json"
+    if choice.exists():
+        data = json.loads(choice.read_text())
+        gr.Markdown(f"**Which head ships, chosen on the dev split** — {data['setting']}\n\n`{made_by(data)}`\n\n"
+                    f"{data['markdown']}\n\nchosen: `{data['chosen']}`")
     for name, title in (("eval_retrieval_newwiki.json", "Held-out retrieval, New-Wiki paragraphs"),
                         ("eval_retrieval.json", "Held-out retrieval, New-Wiki + 10,033 summaries"),
-                        ("eval_retrieval_index.json", "Held-out retrieval against the full offline index (chunks)")):
+                        ("eval_retrieval_index.json", "Held-out retrieval against the full offline index (chunks)"),
+                        ("eval_retrieval_amazon.json", "Out of domain: Amazon reviews (a source never trained on)")):
         result = PRECOMPUTED / name
         if result.exists():
             data = json.loads(result.read_text())
