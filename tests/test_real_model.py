@@ -37,7 +37,7 @@ def test_ask_json_on_a_6000_token_haystack(capsys):
 
 
 def test_shipped_head_is_trained_and_finds_the_needle(explorer):
-    assert explorer.trained, "precomputed/heads/smollm2-135m/head.json should be the trained head"
+    assert explorer.trained, "the shipped head (settings.DEFAULT_HEADS) should be trained"
     doc = NEEDLE.read_text()
     ranking = explorer.rank([doc], QUESTION, 5, "unreal")
     assert any("paprika" in ranking.chunks[i].text for i in ranking.selected)
