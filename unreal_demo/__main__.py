@@ -50,11 +50,13 @@ def _train(args: argparse.Namespace) -> None:
 def _servable(ix, explorer, methods: list[str], explicit: bool) -> list[str]:
     """``methods`` the index (and the head) can serve, checked before any work: a method asked for by name
     that cannot be served is an error; one from the default list is left out with a note."""
-    if "hybrid-fusion" in methods and explorer.head.config.fusion_weight is None:
-        why = (f"the head {explorer.head_source} has no score-fusion weight (fit one on the dev split with "
-               f"`eval heads --head {explorer.head_source} --save-fusion`)")
+    from .evaluation.retrieval import fusion_weight
+
+    try:
+        fusion_weight(explorer, methods)
+    except UserError as why:
         if explicit:
-            raise InputError(why)
+            raise InputError(str(why)) from None
         print(f"note: {why}; hybrid-fusion left out", file=sys.stderr)
         methods = [m for m in methods if m != "hybrid-fusion"]
     missing = ix.unsupported(methods)

@@ -118,6 +118,9 @@ def compare_heads(heads: list[str], dev_sample: int = 400, sweep: str = "mix-l25
     loaded = [QueryHead.load(Path(path)) for path in heads]  # a missing or damaged head fails before the model loads
     backbone = load_backbone(spec.base.model)
     texts, gold, dev_texts = sample_dev(spec.base, dev_sample, seed)
+    reference = corpus_store(dev_texts)
+    bm25_row = metrics(rankings(reference, None, texts, "bm25"), gold)
+    bm25_scores = reference.bm25_scores(texts)  # (Q, M), the same for every head
     rows = []
     for path, head in zip(heads, loaded, strict=True):
         cfg = head.config
@@ -125,7 +128,7 @@ def compare_heads(heads: list[str], dev_sample: int = 400, sweep: str = "mix-l25
                                                      cfg.chunk_tokens))  # keys (M, L_p, d)
         explorer = Explorer(backbone, head, Path(path))
         found, scores = all_scores(store, explorer, texts, "unreal")  # scores (Q, M)
-        weight = fit_fusion_weight(scores, store.bm25_scores(texts), gold)
+        weight = fit_fusion_weight(scores, bm25_scores, gold)
         if save_fusion:
             cfg.fusion_weight = weight
             head.save(Path(path))
@@ -134,7 +137,6 @@ def compare_heads(heads: list[str], dev_sample: int = 400, sweep: str = "mix-l25
                      "chunk_layer": cfg.chunk_layer, "fusion_weight": weight} | metrics(found.ids, gold))
     best = max(rows, key=lambda r: (round(r["R@1"] / 0.005), r["R@10"]))
     cols = ["R@1", "R@5", "R@10", "MRR@10"]
-    bm25_row = metrics(rankings(corpus_store(dev_texts), None, texts, "bm25"), gold)
     md = ["| head | visits | " + " | ".join(cols) + " | fusion w |", "|---" * (len(cols) + 3) + "|",
           "| BM25 (reference) | – | " + " | ".join(f"{bm25_row[c]:.3f}" for c in cols) + " | – |"]
     md += [f"| {r['head']} | {r['visits']:,} | " + " | ".join(f"{r[c]:.3f}" for c in cols)

@@ -137,6 +137,11 @@ def fusion_weight(explorer, methods: Sequence[str]) -> float | None:
     return explorer.head.config.fusion_weight
 
 
+def _label(method: str, weight: float | None) -> str:
+    """A result row's method label; score fusion names its weight."""
+    return METHODS[method].label + (f" (w={weight} fitted on dev)" if method == "hybrid-fusion" else "")
+
+
 CORPORA = {"full": "1,581 New-Wiki paragraphs + 10,033 Wikipedia summaries",
            "new_wiki": "the 1,581 New-Wiki paragraphs alone",
            "amazon": "the 2,050 Amazon product reviews of SQuAD-Shifts (out of domain: never trained on)"}
@@ -182,8 +187,7 @@ def run_retrieval_eval(sample: int = 500, methods: Sequence[str] = ("bm25", "den
         t0 = time.perf_counter()
         ranked = rankings(store, explorer, texts, m, memo=memo)
         seconds[m] = round(time.perf_counter() - t0, 1)
-        label = METHODS[m].label + (f" (w={weight} fitted on dev)" if m == "hybrid-fusion" else "")
-        rows.append({"method": label, "key": m} | metrics(ranked, gold) | {"n": len(gold)})
+        rows.append({"method": _label(m, weight), "key": m} | metrics(ranked, gold) | {"n": len(gold)})
     result = {
         "setting": f"{len(gold)} SQuAD-Shifts {'Amazon' if corpus_name == 'amazon' else 'New-Wiki'} questions "
                    f"(seed {seed}); corpus {len(corpus):,} passages "
@@ -215,8 +219,7 @@ def run_index_retrieval_eval(explorer, index, sample: int = 1000,
         t0 = time.perf_counter()
         ranked = rankings(index, explorer, [q.text for q in qs], m, depth=20, memo=memo)
         seconds[m] = round(time.perf_counter() - t0, 1)
-        label = METHODS[m].label + (f" (w={weight} fitted on dev)" if m == "hybrid-fusion" else "")
-        rows.append({"method": label, "key": m} | metrics(ranked, gold) | {"n": len(gold)})
+        rows.append({"method": _label(m, weight), "key": m} | metrics(ranked, gold) | {"n": len(gold)})
     m_ = index.manifest
     result = {"setting": f"{len(qs)} SQuAD-Shifts New-Wiki questions (seed {seed}) against the {m_['chunks']:,}-chunk "
                          f"index of {m_['passages']:,} passages (a hit: any chunk of the gold paragraph); head "
