@@ -15,6 +15,7 @@ import importlib.util
 import os
 import shutil
 import socket
+import tempfile
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -260,12 +261,24 @@ def _convert_gguf(folder: Path, filename: str, out: Path) -> None:
     """Dequantise a GGUF file once and store it as safetensors (fp32) with its tokenizer."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    tmp = out.with_name(out.name + ".tmp")
-    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=filename)
-    model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=filename, dtype=torch.float32)
-    if getattr(model, "hf_quantizer", None) is not None:
-        model.hf_quantizer.remove_quantization_config(model)
-    model.save_pretrained(tmp)
-    tokenizer.save_pretrained(tmp)
-    shutil.rmtree(out, ignore_errors=True)  # a stale, incomplete copy
-    tmp.rename(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    # A folder of this process's own: two processes starting at once on an empty cache (the app and a
+    # benchmark) each convert, and the first to finish wins the rename.
+    tmp = Path(tempfile.mkdtemp(prefix=out.name + ".", suffix=".tmp", dir=out.parent))
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=filename)
+        model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=filename, dtype=torch.float32)
+        if getattr(model, "hf_quantizer", None) is not None:
+            model.hf_quantizer.remove_quantization_config(model)
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        if (out / "model.safetensors").exists():
+            return  # another process finished first
+        shutil.rmtree(out, ignore_errors=True)  # a stale, incomplete copy
+        try:
+            tmp.rename(out)
+        except OSError:  # another process renamed its copy in between
+            if not (out / "model.safetensors").exists():
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
