@@ -339,7 +339,7 @@ def build_parser() -> argparse.ArgumentParser:
     tr = sub.add_parser("train", help="train a query head (Eq. 6) on SQuAD v1.1 dev")
     for name in ("out", "model"):
         tr.add_argument(f"--{name}")
-    tr.add_argument("--sources", help="comma list of training sources (default squad_dev; also nyt, reddit); "
+    tr.add_argument("--sources", help="comma list of training sources (default squad_dev; also nyt, reddit, vitaminc); "
                     "new_wiki and amazon are held out")
     tr.add_argument("--readout", help='blocks α reads: "all" (default), "chunk" (ℓc only) or e.g. "16,20,24"')
     for name in ("chunk_layer", "n_pool", "n_ret", "n_groups", "n_context", "context_tokens", "negatives",

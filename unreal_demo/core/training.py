@@ -40,7 +40,7 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from ..data.sources import SOURCES, SQUAD_FORMAT, Passage, Question, article_split
+from ..data.sources import QUESTION_SOURCES, SOURCES, Passage, Question, article_split
 from ..errors import UserError
 from .backbone import DEFAULT_MODEL, load_backbone
 from .head import HeadConfig, QueryHead
@@ -78,7 +78,7 @@ class TrainConfig:
     seed: int = 0
     checkpoint_every: int = 10
     dev_fraction: float = 0.2
-    sources: str = "squad_dev"  # comma list of SQuAD-format sources to train on (their train splits)
+    sources: str = "squad_dev"  # comma list of QUESTION_SOURCES to train on (their train splits)
     dev_every: int = 0  # log dev R@1 every this many steps (0: never)
     dev_sample: int = 200
 
@@ -129,10 +129,10 @@ def lr_at(step: int, cfg: TrainConfig) -> float:
 def train_sources(cfg: TrainConfig) -> list[str]:
     """The sources of ``cfg.sources``; a held-out evaluation set is refused."""
     names = [n.strip() for n in cfg.sources.split(",") if n.strip()]
-    bad = [n for n in names if n in HELD_OUT or n not in SQUAD_FORMAT]
+    bad = [n for n in names if n in HELD_OUT or n not in QUESTION_SOURCES]
     if bad or not names:
         raise TrainError(f"cannot train on {', '.join(bad) or 'nothing'}: held out ({', '.join(HELD_OUT)}) "
-                         "or not a SQuAD-format source")
+                         "or not a source with questions")
     return names
 
 

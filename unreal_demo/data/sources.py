@@ -45,6 +45,7 @@ class Source:
     what: str
     licence: str
     kind: str = "data"  # "data" (→ <cache>/data) or "model" (→ <cache>/models)
+    local: str = ""  # the file's name in the cache, where the member's own (a BIG-bench task.json) is too generic
 
     @property
     def archive(self) -> Path:
@@ -55,7 +56,7 @@ class Source:
     def path(self) -> Path:
         """Where the extracted member lives in the cache: a file by its own name, a folder by the source's."""
         folder = cache_dir() / ("models" if self.kind == "model" else "data")
-        return folder / self.name if self.member.endswith("/") else folder / Path(self.member).name
+        return folder / self.name if self.member.endswith("/") else folder / (self.local or Path(self.member).name)
 
 
 _BB = "bigbench-1.0.0/bigbench/benchmark_tasks/squad_shifts/"
@@ -75,6 +76,11 @@ SOURCES: dict[str, Source] = {s.name: s for s in [
     Source("amazon", "bigbench", _BB_FILE, _BB + "amazon_reviews_v1.0.json",
            "3d3b16b874aefef754d04c1cbd64457b3a6456aa2e946a6132b8254c17e34c4a", "evaluate (out-of-domain, held out)",
            "SQuAD-Shifts Amazon reviews: 413 products, 2,050 paragraphs, 9,877 questions", _SHIFTS),
+    Source("vitaminc", "bigbench", _BB_FILE, _BB.replace("squad_shifts", "vitaminc_fact_verification") + "task.json",
+           "10f83da50374701fc7ce69162a7a167b14e1a86351201aa8bf14b56fa0a3214f", "train (a capped sample)",
+           "VitaminC fact verification: 25,689 claims written against 26,259 revisions of Wikipedia sentences "
+           "(3,068 articles)", "VitaminC (Schuster et al., 2021) via BIG-bench; Wikipedia text, CC BY-SA",
+           local="vitaminc_task.json"),
     Source("new_wiki", "bigbench", _BB_FILE, _BB + "new_wiki_v1.0.json",
            "428104b87438d9059eb5df2883267cf9d30f6f4fcaed92e72107c8b913eaea40", "evaluate (held out)",
            "SQuAD-Shifts New-Wiki: 48 Wikipedia articles, 1,581 paragraphs, 7,936 questions", _SHIFTS),
@@ -104,6 +110,8 @@ SOURCES: dict[str, Source] = {s.name: s for s in [
 ]}
 BUILT_IN = ("new_wiki", "squad_dev", "summaries", "enwiki")
 SQUAD_FORMAT = ("squad_dev", "nyt", "reddit", "amazon", "new_wiki")
+QUESTION_SOURCES = (*SQUAD_FORMAT, "vitaminc")  # (passages, questions) sources: :func:`load_questions`
+VITAMINC_PER_TITLE, VITAMINC_PASSAGES = 5, 2000  # the capped sample of :func:`load_claims`
 
 
 @dataclass(frozen=True)
@@ -242,6 +250,57 @@ def load_squad(name: str) -> tuple[list[Passage], list[Question]]:
     return passages, questions
 
 
+def load_claims(per_title: int = VITAMINC_PER_TITLE, max_passages: int = VITAMINC_PASSAGES,
+                ) -> tuple[list[Passage], list[Question]]:
+    """Evidence sentences and the claims they decide, from VitaminC: other wording than SQuAD's questions.
+
+    Each example is ``"Title: evidence sentence\nClaim: claim"`` with a True / False / Neither label; a claim
+    is a query and the sentence that decides it (True or False; "Neither" dropped) its one relevant passage
+    (kept with its title, which names the subject). VitaminC pairs each claim with two revisions of one
+    sentence, so a claim keeps only its first deciding revision, and a revision left without a claim is
+    dropped (it would be an unlabelled near-duplicate of the gold). The sample: articles in a fixed hashed
+    order, at most ``per_title`` sentences each (the COVID-19 articles hold hundreds of revisions), until
+    ``max_passages`` sentences.
+
+    Returns
+    -------
+    (passages, questions)
+        Question answers hold the label ("True" or "False").
+    """
+    examples = json.loads(source_path("vitaminc").read_text(encoding="utf-8"))["examples"]
+    by_title: dict[str, dict[str, list[tuple[str, str]]]] = {}
+    for e in examples:
+        evidence, _, claim = e["input"].partition("\nClaim: ")
+        label = max(e["target_scores"], key=e["target_scores"].get)
+        if claim.strip() and label != "Neither":
+            title = evidence.split(": ", 1)[0]
+            by_title.setdefault(title, {}).setdefault(evidence.strip(), []).append((claim.strip(), label))
+    passages, questions, seen = [], [], set()
+    for title in sorted(by_title, key=lambda t: hashlib.md5(t.encode()).hexdigest()):
+        kept = 0
+        for evidence, claims in by_title[title].items():
+            fresh = [(c, lab) for c, lab in dict.fromkeys(claims) if c not in seen]
+            if not fresh or kept == per_title:
+                continue
+            pid, kept = f"vitaminc:{len(passages)}", kept + 1
+            passages.append(Passage(pid, title, evidence, "vitaminc"))
+            for claim, label in fresh:
+                seen.add(claim)
+                questions.append(Question(f"vitaminc:{len(questions)}", claim, (label,), pid, title))
+        if len(passages) >= max_passages:
+            break
+    return passages, questions
+
+
+def load_questions(name: str) -> tuple[list[Passage], list[Question]]:
+    """Passages and questions of a source of :data:`QUESTION_SOURCES` (SQuAD format, or VitaminC's claims)."""
+    if name == "vitaminc":
+        return load_claims()
+    if name not in QUESTION_SOURCES:
+        raise DataError(f"{name!r} has no questions; use one of {', '.join(QUESTION_SOURCES)}")
+    return load_squad(name)
+
+
 def load_summaries() -> list[Passage]:
     """The 10,033 Wikipedia lead summaries (Level-4 Vital Articles)."""
     data = json.loads(source_path("summaries").read_text(encoding="utf-8"))
@@ -251,13 +310,13 @@ def load_summaries() -> list[Passage]:
 
 
 def article_split(name: str, dev_fraction: float = 0.2) -> list[tuple[list[Passage], list[Question]]]:
-    """``[(train paragraphs, train questions), (dev paragraphs, dev questions)]`` of a SQuAD-format
-    source, split by article (title) so that train and dev share no article; deterministic.
+    """``[(train paragraphs, train questions), (dev paragraphs, dev questions)]`` of a source of
+    :data:`QUESTION_SOURCES`, split by article (title) so that train and dev share no article; deterministic.
 
     A source that is a single article (SQuAD-Shifts Reddit: one title, 2,035 comments) is split
     by paragraph instead, so that both sides hold questions.
     """
-    passages, questions = load_squad(name)
+    passages, questions = load_questions(name)
     by_paragraph = len({p.title for p in passages}) == 1
     doc = {p.id: p.id if by_paragraph else p.title for p in passages}
     docs = sorted(set(doc.values()), key=lambda t: hashlib.md5(t.encode()).hexdigest())
