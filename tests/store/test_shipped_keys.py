@@ -48,3 +48,28 @@ def test_without_keep_nothing_is_written(tiny, tmp_path, monkeypatch):
     monkeypatch.setattr(sk, "PRECOMPUTED", tmp_path / "precomputed")
     sk.training_keys(tiny, TEXTS, 3, 7, 64)
     assert not (tmp_path / "precomputed").exists()
+
+
+def test_a_run_adding_a_source_encodes_only_the_new_one(tiny, tmp_path, monkeypatch):
+    from unreal_demo.core.training import TrainConfig, _keys
+
+    monkeypatch.setenv("UNREAL_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(sk, "PRECOMPUTED", tmp_path / "precomputed")
+    old, new = TEXTS[:30], [f"Claim {i}: the sky is {c}." for i, c in enumerate(["blue", "grey", "red"] * 2)]
+    sk.training_keys(tiny, old, 3, 7, 64, keep=True)  # the shipped run's sources
+    assert sk.split_at_shipped(tiny, old + new, [10, 30, 36], 3, 7, 64) == 30
+    assert sk.split_at_shipped(tiny, old + new, [10, 36], 3, 7, 64) == 0  # no whole-source prefix is shipped
+
+    monkeypatch.setenv("UNREAL_CACHE", str(tmp_path / "fresh"))  # another machine
+    encoded = []
+    real = sk.cached_encode
+
+    def counting(bb, texts, *args, **kwargs):
+        encoded.append(len(texts))
+        return real(bb, texts, *args, **kwargs)
+
+    monkeypatch.setattr(sk, "cached_encode", counting)
+    cfg = TrainConfig(chunk_layer=3, n_pool=7, chunk_tokens=64)
+    keys = _keys(cfg, tiny, old + new, bounds=[30, 36])
+    assert encoded == [len(new)] and keys.shape[0] == len(old) + len(new)
+    assert torch.allclose(keys[30:], cached_encode(tiny, new, 3, 7, 64))

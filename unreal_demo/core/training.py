@@ -34,6 +34,7 @@ import json
 import math
 import random
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
@@ -164,13 +165,25 @@ def _split(cfg: TrainConfig) -> list[tuple[list[Passage], list[Question]]]:
     return out
 
 
-def _keys(cfg: TrainConfig, backbone, texts: list[str], progress=None) -> torch.Tensor:
-    """Chunk keys at ℓc: local cache, else the repository's compressed copy of a shipped run's keys."""
-    from ..settings import in_precomputed
-    from ..store.shipped_keys import training_keys
+def _keys(cfg: TrainConfig, backbone, texts: list[str], progress=None, bounds: Sequence[int] = ()) -> torch.Tensor:
+    """Chunk keys at ℓc: local cache, else the repository's compressed copy of a shipped run's keys.
 
+    ``bounds``: where each source ends in ``texts``; when the texts of the first sources have a shipped copy
+    (a run adding a source to a shipped run's), those are loaded and only the rest is encoded."""
+    from ..settings import in_precomputed
+    from ..store.shipped_keys import split_at_shipped, training_keys
+
+    args = (cfg.chunk_layer, cfg.n_pool, cfg.chunk_tokens)
     keep = bool(cfg.out) and in_precomputed(cfg.out)  # a shipped run
-    return training_keys(backbone, texts, cfg.chunk_layer, cfg.n_pool, cfg.chunk_tokens, keep, progress)
+    if end := split_at_shipped(backbone, texts, bounds, *args):
+        return torch.cat([training_keys(backbone, texts[:end], *args),
+                          training_keys(backbone, texts[end:], *args, keep, progress)])
+    return training_keys(backbone, texts, *args, keep, progress)
+
+
+def _source_ends(corpus: list[Passage]) -> list[int]:
+    """Where each source's passages end in a corpus built source after source (:func:`_split`)."""
+    return [i + 1 for i in range(len(corpus)) if i + 1 == len(corpus) or corpus[i + 1].source != corpus[i].source]
 
 
 def prepare(cfg: TrainConfig, backbone) -> dict:
@@ -192,7 +205,12 @@ def prepare(cfg: TrainConfig, backbone) -> dict:
                           strict=True):
             negatives[i] = [pool[j] for j in row]
     bar = tqdm(total=len(corpus), desc="encode chunks", unit="chunk")
-    keys = _keys(cfg, backbone, texts, progress=lambda done, total: bar.update(done - bar.n))
+
+    def tick(done: int, total: int) -> None:  # total: what is encoded now (the new sources only, or all)
+        bar.total = total
+        bar.update(done - bar.n)
+
+    keys = _keys(cfg, backbone, texts, progress=tick, bounds=_source_ends(corpus))
     bar.close()
     return {"questions": train_q, "contexts": contexts,
             "oracle": [where[q.passage_id] for q in train_q], "negatives": negatives,
@@ -206,7 +224,7 @@ def prepare_dev(cfg: TrainConfig, backbone) -> dict | None:
         return None
     texts, gold, passages = sample_dev(cfg, cfg.dev_sample, cfg.seed)
     ctx_ids, _ = BM25(passages).search(texts, k=cfg.n_context) if cfg.n_context else (None, None)
-    keys = _keys(cfg, backbone, passages)
+    keys = _keys(cfg, backbone, passages, bounds=_source_ends(dev_questions(cfg)[0]))
     return {"questions": texts, "gold": torch.tensor([min(g) for g in gold]),
             "contexts": [[passages[j] for j in ctx_ids[i]] if cfg.n_context else [] for i in range(len(texts))],
             "keys": normalize_chunks(keys), "passages": len(passages)}

@@ -77,6 +77,20 @@ def training_keys(backbone, texts: Sequence[str], layer: int, n_pool: int, max_t
     return keys
 
 
+def split_at_shipped(backbone, texts: Sequence[str], bounds: Sequence[int], layer: int, n_pool: int,
+                     max_tokens: int) -> int:
+    """The largest of ``bounds`` (proper prefix ends, e.g. where each training source ends) whose prefix
+    ``texts[:end]`` has a repository copy of its keys; 0 when none has.
+
+    A run that adds a source after the shipped run's sources then loads their keys and encodes only the new one.
+    """
+    for end in sorted(bounds, reverse=True):
+        if 0 < end < len(texts) and shipped_path(cache_folder(backbone, texts[:end], layer, n_pool,
+                                                              max_tokens).name).exists():
+            return end
+    return 0
+
+
 def cache_complete(folder: Path, n: int, part_size: int = 512) -> bool:
     """Whether the local cache folder holds every part of ``n`` chunks."""
     return all((folder / f"part{i:05d}.safetensors").exists() for i in range(-(-n // part_size)))
