@@ -356,8 +356,9 @@ def build_parser() -> argparse.ArgumentParser:
     ev = sub.add_parser("eval", help="held-out evaluation on SQuAD-Shifts New-Wiki")
     ev.add_argument("what", choices=["retrieval", "intrinsic", "ablations", "heads", "qa", "prompt"],
                     help="prompt: the answering prompts on SQuAD dev questions with their gold paragraph "
-                         "(--methods names the prompts); heads: the heads of --head (a comma list) on a "
-                         "sweep's dev split, to choose the one that ships")
+                         "(--methods names the prompts); heads: the heads of --head (a comma list of head files, "
+                         "or run folders for their last checkpoint) on a sweep's dev split, to choose the one that "
+                         "ships")
     ev.add_argument("--sample", type=int, default=500, help="number of held-out questions")
     ev.add_argument("--methods", default=None, help=f"retrieval: {','.join(retrieval.names('corpus'))} "
                     f"(--corpus index: {','.join(retrieval.names('index'))}); qa: none,oracle,"

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import math
+from dataclasses import asdict
 from types import SimpleNamespace
 
 import pytest
@@ -10,7 +12,16 @@ import torch
 
 from unreal_demo.core.encoding import encode_chunks
 from unreal_demo.core.maxsim import normalize_chunks
-from unreal_demo.core.training import TrainConfig, candidate_set, fit, info_nce, lr_at, new_head
+from unreal_demo.core.training import (
+    TrainConfig,
+    TrainError,
+    candidate_set,
+    fit,
+    head_at_checkpoint,
+    info_nce,
+    lr_at,
+    new_head,
+)
 
 
 def test_info_nce_by_hand():
@@ -54,6 +65,14 @@ def test_a_few_steps_lower_the_loss(tiny, tmp_path):
     # resuming at the end does nothing more and keeps the log
     again = fit(new_head(cfg, tiny), tiny, data, cfg, tmp_path)
     assert again == log
+    # the checkpoint gives the trained head back (what `eval heads --head RUN_FOLDER` scores)
+    (tmp_path / "train_config.json").write_text(json.dumps(asdict(cfg)))
+    back = head_at_checkpoint(tmp_path, tiny)
+    assert all(torch.equal(a, b) for a, b in zip(back.state_dict().values(), head.state_dict().values(), strict=True))
+    prov = back.config.provenance
+    assert prov["question_visits"] == 30 * 4 and "step 30 of 30" in prov["checkpoint"]
+    with pytest.raises(TrainError, match="no training checkpoint"):
+        head_at_checkpoint(tmp_path / "elsewhere", tiny)
 
 
 def test_ablation_table_escapes_pipes_and_keeps_columns(tmp_path):

@@ -266,6 +266,30 @@ def new_head(cfg: TrainConfig, backbone) -> QueryHead:
     return head.to(backbone.device)
 
 
+def head_at_checkpoint(folder: str | Path, backbone) -> QueryHead:
+    """The head of a run's last checkpoint (``folder/checkpoint.pt`` with its ``train_config.json``), so a
+    run still in progress can be scored (``eval heads --head RUN_FOLDER``) or tried.
+
+    Raises
+    ------
+    TrainError
+        When the folder holds no checkpoint or its settings.
+    """
+    folder = Path(folder)
+    if not (folder / "checkpoint.pt").exists() or not (folder / "train_config.json").exists():
+        raise TrainError(f"{folder} holds no training checkpoint (checkpoint.pt and train_config.json)")
+    saved = json.loads((folder / "train_config.json").read_text())
+    cfg = TrainConfig(**{k: v for k, v in saved.items() if k in TrainConfig.__dataclass_fields__})
+    state = torch.load(folder / "checkpoint.pt", map_location="cpu", weights_only=True)
+    head = new_head(cfg, backbone)
+    head.load_state_dict(state["head"])
+    head.config.trained = True
+    head.config.provenance = {"data": "train articles of " + ", ".join(train_sources(cfg)),
+                              "question_visits": state["step"] * cfg.batch,
+                              "checkpoint": f"step {state['step']} of {cfg.steps} (in progress)"}
+    return head.eval()
+
+
 def fit(head: QueryHead, backbone, data: dict, cfg: TrainConfig, out: Path | None = None,
         dev: dict | None = None) -> list[dict]:
     """The training loop: AdamW, warm-up + linear decay, clipping, checkpoints in ``out`` (resumed).

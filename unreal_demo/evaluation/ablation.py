@@ -24,7 +24,7 @@ from pathlib import Path
 from ..core.backbone import cache_dir, load_backbone
 from ..core.encoding import cache_folder, warm_cache
 from ..core.head import QueryHead
-from ..core.training import TrainConfig, sample_dev, train, train_split
+from ..core.training import TrainConfig, head_at_checkpoint, sample_dev, train, train_split
 from ..errors import InputError
 from ..pipeline import Explorer
 from ..retrieval.registry import MemoryStore, all_scores
@@ -97,8 +97,9 @@ def compare_heads(heads: list[str], dev_sample: int = 400, sweep: str = "mix-l25
     Parameters
     ----------
     heads
-        Head files (``NAME.json``), each with its own ℓc and L_p; their dev keys are encoded if neither the
-        cache nor the repository holds them.
+        Head files (``NAME.json``), each with its own ℓc and L_p, or run folders (their last checkpoint,
+        :func:`training.head_at_checkpoint`); their dev keys are encoded if neither the cache nor the
+        repository holds them.
     save_fusion
         Write each head's score-fusion weight w (``w·z(UNREAL) + (1−w)·z(BM25)``, the grid value with the best
         dev MRR@10) into its JSON, where ``hybrid-fusion`` reads it.
@@ -115,8 +116,10 @@ def compare_heads(heads: list[str], dev_sample: int = 400, sweep: str = "mix-l25
     spec = _sweep(sweep)
     if not heads:
         raise InputError("give the heads to compare with --head A.json,B.json")
-    loaded = [QueryHead.load(Path(path)) for path in heads]  # a missing or damaged head fails before the model loads
+    runs = {p for p in heads if Path(p).is_dir()}  # a run folder: its last checkpoint (a run in progress)
+    finished = {p: QueryHead.load(Path(p)) for p in heads if p not in runs}  # a bad file fails before the model loads
     backbone = load_backbone(spec.base.model)
+    loaded = [finished[p] if p in finished else head_at_checkpoint(p, backbone) for p in heads]
     texts, gold, dev_texts = sample_dev(spec.base, dev_sample, seed)
     reference = corpus_store(dev_texts)
     bm25_row = metrics(rankings(reference, None, texts, "bm25"), gold)
@@ -129,7 +132,7 @@ def compare_heads(heads: list[str], dev_sample: int = 400, sweep: str = "mix-l25
         explorer = Explorer(backbone, head, Path(path))
         found, scores = all_scores(store, explorer, texts, "unreal")  # scores (Q, M)
         weight = fit_fusion_weight(scores, bm25_scores, gold)
-        if save_fusion:
+        if save_fusion and path not in runs:
             cfg.fusion_weight = weight
             head.save(Path(path))
         prov = cfg.provenance
