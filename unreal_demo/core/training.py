@@ -147,9 +147,11 @@ def dev_questions(cfg: TrainConfig) -> tuple[list[Passage], list[Question]]:
     return _split(cfg)[1]
 
 
-def sample_dev(cfg: TrainConfig, n: int, seed: int) -> tuple[list[str], list[set[int]], list[str]]:
-    """A seeded sample of ``n`` dev questions: (question texts, gold paragraph ids, all dev paragraph texts)."""
-    corpus, questions = dev_questions(cfg)
+def sample_dev(cfg: TrainConfig, n: int, seed: int, split: tuple[list[Passage], list[Question]] | None = None,
+               ) -> tuple[list[str], list[set[int]], list[str]]:
+    """A seeded sample of ``n`` dev questions: (question texts, gold paragraph ids, all dev paragraph texts).
+    ``split``: :func:`dev_questions` of ``cfg`` when the caller already has it."""
+    corpus, questions = split or dev_questions(cfg)
     questions = random.Random(seed).sample(questions, min(n, len(questions)))
     where = {p.id: i for i, p in enumerate(corpus)}
     return [q.text for q in questions], [{where[q.passage_id]} for q in questions], [p.text for p in corpus]
@@ -222,9 +224,10 @@ def prepare_dev(cfg: TrainConfig, backbone) -> dict | None:
     """A fixed sample of dev questions with their C0 and the dev paragraphs' keys, for R@1 in the log."""
     if not cfg.dev_every:
         return None
-    texts, gold, passages = sample_dev(cfg, cfg.dev_sample, cfg.seed)
+    split = dev_questions(cfg)
+    texts, gold, passages = sample_dev(cfg, cfg.dev_sample, cfg.seed, split)
     ctx_ids, _ = BM25(passages).search(texts, k=cfg.n_context) if cfg.n_context else (None, None)
-    keys = _keys(cfg, backbone, passages, bounds=_source_ends(dev_questions(cfg)[0]))
+    keys = _keys(cfg, backbone, passages, bounds=_source_ends(split[0]))
     return {"questions": texts, "gold": torch.tensor([min(g) for g in gold]),
             "contexts": [[passages[j] for j in ctx_ids[i]] if cfg.n_context else [] for i in range(len(texts))],
             "keys": normalize_chunks(keys), "passages": len(passages)}

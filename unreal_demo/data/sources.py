@@ -279,8 +279,10 @@ def load_claims(per_title: int = VITAMINC_PER_TITLE, max_passages: int = VITAMIN
     for title in sorted(by_title, key=lambda t: hashlib.md5(t.encode()).hexdigest()):
         kept = 0
         for evidence, claims in by_title[title].items():
+            if kept == per_title:
+                break
             fresh = [(c, lab) for c, lab in dict.fromkeys(claims) if c not in seen]
-            if not fresh or kept == per_title:
+            if not fresh:
                 continue
             pid, kept = f"vitaminc:{len(passages)}", kept + 1
             passages.append(Passage(pid, title, evidence, "vitaminc"))
