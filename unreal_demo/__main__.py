@@ -103,18 +103,21 @@ def _eval(args: argparse.Namespace) -> None:
     if args.what == "prompt":
         from tqdm import tqdm
 
+        from .evaluation.answers import MAX_NEW_TOKENS
         from .evaluation.prompts import check_prompts, run_prompt_choice
         from .pipeline import Explorer
 
         prompts = check_prompts(args.methods.split(",") if args.methods else None)  # before the model loads
+        budgets = _ints(args.budgets, "--budgets") if args.budgets else [MAX_NEW_TOKENS]
         explorer = Explorer.load(args.model, head=args.head, dtype=args.dtype)
         bar = tqdm(unit="question")
         result = run_prompt_choice(explorer, args.sample, prompts,
                                    args.seed, args.out, progress=lambda m, d, t: (
                                        bar.set_description(f"prompt {m}"), setattr(bar, "total", t),
-                                       bar.update(d - bar.n)))
+                                       bar.update(d - bar.n)), budgets=budgets)
         bar.close()
-        print(json.dumps(result) if args.json else result["markdown"] + f"\nchosen: {result['chosen']}")
+        print(json.dumps(result) if args.json else result["markdown"] +
+              f"\nchosen: {result['chosen']}, {result['chosen_budget']} new tokens")
         return
     if args.what == "intrinsic":
         from .pipeline import Explorer
@@ -364,6 +367,8 @@ def build_parser() -> argparse.ArgumentParser:
                     f"(--corpus index: {','.join(retrieval.names('index'))}); qa: none,oracle,"
                     f"{','.join(retrieval.names('index'))} (default all)")
     ev.add_argument("--k", default="5", help="qa: chunks retrieved per question, a comma list (1,3,5,10)")
+    ev.add_argument("--budgets", default=None, help="prompt: answer budgets in new tokens, a comma list "
+                    "(16,24,32,48); each is a greedy prefix of the longest (default: the evaluations' budget)")
     ev.add_argument("--index", default=None, help="qa, retrieval --corpus index: index folder (default: the "
                     "full offline index)")
     ev.add_argument("--out", default=None, help="write the JSON result here")

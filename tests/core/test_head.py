@@ -17,6 +17,8 @@ class TestShapes:
         q = head(tiny, ["what is it?", "where is Paris?"], [["Paris is in France."], ["ctx"]])
         assert q.shape == (2, 4, 32)
         assert torch.allclose(q.norm(dim=-1), torch.ones(2, 4), atol=1e-5)
+        assert head.n_params() == 8 * 32 + 4  # R·d + |α|, no P
+        head.config.use_prompt = True
         assert head.n_params() == (8 + 1) * 32 + 4  # (R + 1)·d + |α|
 
     def test_r_must_divide_by_g(self, tiny):

@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from unreal_demo.core.generation import Generation, stream_answer
 from unreal_demo.evaluation import answers as ans
 from unreal_demo.settings import PRECOMPUTED
 
@@ -17,7 +18,12 @@ class _Backbone:
 
 def test_a_shipped_file_answers_without_generating(tmp_path, monkeypatch):
     calls = []
-    monkeypatch.setattr(ans, "answer_ids", lambda b, ids, n: calls.append(ids) or type("G", (), {"text": "Paris"}))
+
+    def fake_stream(backbone, ids, n):
+        calls.append(ids)
+        yield Generation(text="Paris", tokens=1)
+
+    monkeypatch.setattr(ans, "stream_answer", fake_stream)
     first = ans.AnswerCache(tmp_path / "a" / "answers.jsonl", tmp_path / "shipped.jsonl.gz", export_every=2)
     assert first.get(_Backbone(), [1, 2]) == "Paris" and calls == [[1, 2]]
     assert not (tmp_path / "shipped.jsonl.gz").exists()  # one new answer: not exported yet
@@ -64,3 +70,14 @@ def test_a_damaged_shipped_file_is_left_out_with_a_warning(tmp_path):
     (tmp_path / "s.jsonl.gz").write_bytes(b"\x1f\x8b not really gzip")
     with pytest.warns(UserWarning, match="damaged"):
         assert ans.AnswerCache(tmp_path / "a.jsonl", tmp_path / "s.jsonl.gz").known == {}
+
+
+def test_one_generation_serves_every_budget_as_separate_runs_would(tiny, tmp_path):
+    ids = tiny.tokenizer("the quick brown fox", add_special_tokens=True)["input_ids"]
+    cache = ans.AnswerCache(tmp_path / "answers.jsonl")
+    got = cache.get_budgets(tiny, ids, (1, 3, 6))
+    for budget in (1, 3, 6):  # reference: an independent greedy run stopped at each budget
+        *_, last = stream_answer(tiny, ids, budget)
+        assert got[budget] == last.text
+    assert len(cache.known) == 3 and cache.get(tiny, ids, 3) == got[3]
+    assert ans.AnswerCache(tmp_path / "answers.jsonl").known == cache.known  # all three on disk

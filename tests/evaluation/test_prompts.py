@@ -71,3 +71,22 @@ def test_dev_questions_leave_out_the_shots_articles():
     assert len(qs) == 300 and not {q.title for q in qs} & {"Super Bowl 50", "Normans"}
     assert all(q.passage_id in gold for q in qs)
     assert [q.id for q in prompts.dev_questions(300, 0)[0]] == [q.id for q in qs]  # seeded
+
+
+def test_budgets_are_prefixes_of_one_answer_and_the_knee_is_chosen(tiny, tmp_path, monkeypatch):
+    monkeypatch.setenv("UNREAL_CACHE", str(tmp_path))
+    qs = [Question(f"q{i}", f"How much does item {i} weigh?", (f"{i * 3} kilograms",), f"p{i}", "T") for i in range(3)]
+    monkeypatch.setattr(prompts, "dev_questions",
+                        lambda sample, seed: (qs, {f"p{i}": f"Item {i} weighs {i * 3} kilograms." for i in range(3)}))
+    explorer = Explorer(tiny, untrained_head(tiny, n_ret=4, n_groups=2, chunk_layer=3), None)
+    result = prompts.run_prompt_choice(explorer, sample=3, prompts=["instruction"], budgets=(4, 1))
+    assert [r["budget"] for r in result["table"]] == [1, 4]
+    assert result["table"][0]["contained"] <= result["table"][1]["contained"]  # a prefix finds no more
+    assert result["chosen_budget"] == prompts.chosen_budget(result["table"])
+    with pytest.raises(prompts.UserError):
+        prompts.run_prompt_choice(explorer, sample=3, prompts=["instruction"], budgets=(0,))
+
+
+def test_the_budget_knee():
+    rows = [{"budget": 16, "contained": 0.28}, {"budget": 32, "contained": 0.39}, {"budget": 48, "contained": 0.40}]
+    assert prompts.chosen_budget(rows) == 32 and prompts.chosen_budget(rows, share=1.0) == 48

@@ -132,8 +132,3 @@ def stream_answer(backbone: Backbone, ids: list[int], max_new_tokens: int = 48) 
     out.text = out.text.strip()
     yield out
 
-
-def answer_ids(backbone: Backbone, ids: list[int], max_new_tokens: int = 48) -> Generation:
-    """The final :class:`Generation` of :func:`stream_answer` for a prompt already tokenised."""
-    *_, last = stream_answer(backbone, ids, max_new_tokens)
-    return last

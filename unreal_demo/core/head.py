@@ -101,7 +101,8 @@ class QueryHead(nn.Module):
             self.rho.copy_(emb[rows[1:]])
 
     def n_params(self) -> int:
-        return sum(p.numel() for p in self.parameters())
+        """Trained parameters: ρ, α, and P only where it is used (the unused P row is kept in the file)."""
+        return sum(p.numel() for name, p in self.named_parameters() if self.config.use_prompt or name != "prompt")
 
     def digest(self) -> str:
         """SHA-1 of the configuration and every trained value: two heads with one digest score alike."""

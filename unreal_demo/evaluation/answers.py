@@ -24,10 +24,11 @@ import hashlib
 import json
 import os
 import warnings
+from collections.abc import Sequence
 from pathlib import Path
 
 from ..core.backbone import cache_dir
-from ..core.generation import answer_ids
+from ..core.generation import stream_answer
 from ..settings import PRECOMPUTED, in_precomputed
 
 MAX_NEW_TOKENS = 16
@@ -79,17 +80,37 @@ class AnswerCache:
         if path.exists():
             self.known |= _rows(path.read_text(encoding="utf-8").splitlines())
 
-    def get(self, backbone, ids: list[int]) -> str:
-        key = hashlib.sha1(json.dumps([backbone.numerics, MAX_NEW_TOKENS, ids]).encode()).hexdigest()
-        if key not in self.known:
-            text = answer_ids(backbone, ids, MAX_NEW_TOKENS).text
-            self.known[key] = text
+    @staticmethod
+    def key(backbone, ids: list[int], budget: int = MAX_NEW_TOKENS) -> str:
+        """The cache key of a greedy answer of at most ``budget`` new tokens to the prompt ``ids``."""
+        return hashlib.sha1(json.dumps([backbone.numerics, budget, ids]).encode()).hexdigest()
+
+    def get(self, backbone, ids: list[int], budget: int = MAX_NEW_TOKENS) -> str:
+        """The greedy answer of at most ``budget`` new tokens (generated once, then read from the cache)."""
+        return self.get_budgets(backbone, ids, (budget,))[budget]
+
+    def get_budgets(self, backbone, ids: list[int], budgets: Sequence[int]) -> dict[int, str]:
+        """The answers at several budgets of new tokens from one greedy run at the largest.
+
+        Greedy decoding makes the answer at budget b the first b tokens of any longer one (or the
+        whole answer, where it stopped before b), so every budget is cached from a single generation.
+        """
+        keys = {b: self.key(backbone, ids, b) for b in budgets}
+        missing = [b for b, k in keys.items() if k not in self.known]
+        if missing:
+            texts, last = {}, ""
+            for gen in stream_answer(backbone, ids, max(missing)):
+                last = gen.text
+                if gen.tokens in keys and gen.tokens not in texts:
+                    texts[gen.tokens] = gen.text.strip()
+            rows = {keys[b]: texts.get(b, last.strip()) for b in missing}
+            self.known |= rows
             with self.path.open("a", encoding="utf-8") as f:
-                f.write(json.dumps({"key": key, "answer": text}) + "\n")
+                f.write("".join(json.dumps({"key": k, "answer": a}) + "\n" for k, a in rows.items()))
             self.fresh += 1
             if self.export_every and self.fresh >= self.export_every:
                 self.export()
-        return self.known[key]
+        return {b: self.known[k] for b, k in keys.items()}
 
     def export(self) -> int:
         """Write every known answer to :attr:`shipped` (sorted, gzipped, reproducible); the count written.
