@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from unreal_demo.core.generation import AnswerRule
 from unreal_demo.core.head import untrained_head
 from unreal_demo.pipeline import Explorer, InputError
 
@@ -19,7 +20,7 @@ class TestAsk:
     @pytest.mark.parametrize("method", ["unreal", "bm25", "dense", "sparse", "full"])
     def test_contract(self, explorer, method):
         r = explorer.ask([DOC, "A second document. It is short."], "What does fact 7 say?", n=3,
-                         method=method, max_new_tokens=4)
+                         method=method, rule=AnswerRule(4, first_sentence=False))
         chunks = r["chunks"]
         for d, doc in enumerate([DOC, "A second document. It is short."]):
             assert "".join(doc[c["start"] : c["end"]] for c in chunks if c["doc"] == d) == doc

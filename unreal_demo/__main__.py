@@ -13,6 +13,7 @@ from pathlib import Path
 
 from .core.backbone import DEFAULT_MODEL
 from .core.chunking import CHUNK_TOKENS
+from .core.generation import ANSWER_RULE, AnswerRule
 from .errors import InputError, UserError
 from .retrieval import registry as retrieval
 from .settings import DEFAULT_HEADS, display_path
@@ -27,7 +28,8 @@ def _ask(args: argparse.Namespace) -> None:
     check_inputs(docs, args.question)  # before the model loads
     explorer = Explorer.load(args.model, head=args.head, device=args.device, dtype=args.dtype,
                              trust_remote_code=args.trust_remote_code)
-    result = explorer.ask(docs, args.question, args.n, args.method, args.max_new_tokens)
+    rule = AnswerRule(args.max_new_tokens, first_sentence=not args.whole_answer)
+    result = explorer.ask(docs, args.question, args.n, args.method, rule)
     if args.json:
         print(json.dumps(result))
         return
@@ -103,12 +105,11 @@ def _eval(args: argparse.Namespace) -> None:
     if args.what == "prompt":
         from tqdm import tqdm
 
-        from .evaluation.answers import MAX_NEW_TOKENS
         from .evaluation.prompts import check_prompts, run_prompt_choice
         from .pipeline import Explorer
 
         prompts = check_prompts(args.methods.split(",") if args.methods else None)  # before the model loads
-        budgets = _ints(args.budgets, "--budgets") if args.budgets else [MAX_NEW_TOKENS]
+        budgets = _ints(args.budgets, "--budgets") if args.budgets else [ANSWER_RULE.budget]
         explorer = Explorer.load(args.model, head=args.head, dtype=args.dtype)
         bar = tqdm(unit="question")
         result = run_prompt_choice(explorer, args.sample, prompts,
@@ -117,7 +118,7 @@ def _eval(args: argparse.Namespace) -> None:
                                        bar.update(d - bar.n)), budgets=budgets)
         bar.close()
         print(json.dumps(result) if args.json else result["markdown"] +
-              f"\nchosen: {result['chosen']}, {result['chosen_budget']} new tokens")
+              f"\nchosen: {result['chosen']}, {AnswerRule(**result['chosen_rule']).name}")
         return
     if args.what == "intrinsic":
         from .pipeline import Explorer
@@ -331,7 +332,9 @@ def build_parser() -> argparse.ArgumentParser:
     ask.add_argument("--n", type=int, default=5, help="chunks to select")
     ask.add_argument("--method", choices=retrieval.names("document"), default="unreal",
                      help=retrieval.help_text("document"))
-    ask.add_argument("--max-new-tokens", type=int, default=48)
+    ask.add_argument("--max-new-tokens", type=int, default=ANSWER_RULE.budget, help="answer budget in tokens")
+    ask.add_argument("--whole-answer", action="store_true", help="decode to the budget instead of stopping at "
+                     "the end of the first sentence (the evaluated rule)")
     ask.add_argument("--device", default=None)
     ask.add_argument("--dtype", default=None, help="fp32 | bf16 | fp16")
     ask.add_argument("--trust-remote-code", action="store_true")

@@ -21,7 +21,7 @@ import torch
 from .core.backbone import DEFAULT_MODEL, Backbone, load_backbone
 from .core.chunking import CHUNK_TOKENS, Chunk, chunk_documents, tokenizer_counters
 from .core.encoding import encode_chunks
-from .core.generation import Generation, fits_window, prompt_ids, stream_answer
+from .core.generation import ANSWER_RULE, AnswerRule, Generation, fits_window, prompt_ids, stream_answer
 from .core.head import QueryHead, untrained_head
 from .core.selection import select_top_n
 from .errors import InputError
@@ -227,16 +227,17 @@ class Explorer:
         """Prompt ids for the selected chunks (document order) and the question (Eq. 7)."""
         return prompt_ids(self.backbone, [ranking.chunks[i].text for i in ranking.selected], question)
 
-    def stream(self, ranking: Ranking, question: str, max_new_tokens: int = 48) -> Iterator[Generation]:
-        """Stream the answer from the selected chunks; raise :class:`InputError` if the prompt does not fit."""
+    def stream(self, ranking: Ranking, question: str, rule: AnswerRule = ANSWER_RULE) -> Iterator[Generation]:
+        """Stream the answer from the selected chunks under ``rule`` (default: the one the evaluations use);
+        raise :class:`InputError` if the prompt does not fit."""
         ids = self.prompt(ranking, question)
-        if not fits_window(self.backbone, len(ids), max_new_tokens):
+        if not fits_window(self.backbone, len(ids), rule.budget):
             raise InputError(f"{ranking.method}: the prompt has {len(ids):,} tokens, more than the model window "
-                             f"of {self.backbone.max_positions:,} minus {max_new_tokens} for the answer")
-        yield from stream_answer(self.backbone, ids, max_new_tokens)
+                             f"of {self.backbone.max_positions:,} minus {rule.budget} for the answer")
+        yield from stream_answer(self.backbone, ids, rule.budget, rule.first_sentence)
 
     def ask_stream(self, docs: Sequence[str], question: str, n: int = 5, method: str = "unreal",
-                   max_new_tokens: int = 48) -> Iterator[AskStep]:
+                   rule: AnswerRule = ANSWER_RULE) -> Iterator[AskStep]:
         """The one orchestrator of the CLI and the UI: chunk → encode → retrieve → select, then the
         streamed answer. The first step carries the ranking and no text; every later step the answer so
         far; ``timings["first_token"]`` is set once, when the first answer token exists, and
@@ -246,7 +247,7 @@ class Explorer:
         timings = dict(ranking.timings)
         yield AskStep(ranking, "", 0, dict(timings))
         gen = Generation()
-        for gen in self.stream(ranking, question, max_new_tokens):
+        for gen in self.stream(ranking, question, rule):
             if gen.tokens >= 1 and "first_token" not in timings:
                 timings |= {"prefill": gen.timings["prefill"], "first_token": time.perf_counter() - t0}
             yield AskStep(ranking, gen.text, gen.prompt_tokens, timings | {"total": time.perf_counter() - t0})
@@ -255,9 +256,9 @@ class Explorer:
         yield AskStep(ranking, gen.text, gen.prompt_tokens, timings | {"total": time.perf_counter() - t0}, True)
 
     def ask(self, docs: Sequence[str], question: str, n: int = 5, method: str = "unreal",
-            max_new_tokens: int = 48) -> dict:
+            rule: AnswerRule = ANSWER_RULE) -> dict:
         """Rank, select and answer (:meth:`ask_stream` to the end); the JSON-ready record of ``ask --json``."""
-        *_, step = self.ask_stream(docs, question, n, method, max_new_tokens)
+        *_, step = self.ask_stream(docs, question, n, method, rule)
         ranking = step.ranking
         scores = ranking.scores or [None] * len(ranking.chunks)
         return {

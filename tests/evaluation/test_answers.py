@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from unreal_demo.core.generation import Generation, stream_answer
+from unreal_demo.core.generation import AnswerRule, Generation, stream_answer
 from unreal_demo.evaluation import answers as ans
 from unreal_demo.settings import PRECOMPUTED
 
@@ -19,7 +19,7 @@ class _Backbone:
 def test_a_shipped_file_answers_without_generating(tmp_path, monkeypatch):
     calls = []
 
-    def fake_stream(backbone, ids, n):
+    def fake_stream(backbone, ids, n, first_sentence_only=False):
         calls.append(ids)
         yield Generation(text="Paris", tokens=1)
 
@@ -72,12 +72,32 @@ def test_a_damaged_shipped_file_is_left_out_with_a_warning(tmp_path):
         assert ans.AnswerCache(tmp_path / "a.jsonl", tmp_path / "s.jsonl.gz").known == {}
 
 
-def test_one_generation_serves_every_budget_as_separate_runs_would(tiny, tmp_path):
-    ids = tiny.tokenizer("the quick brown fox", add_special_tokens=True)["input_ids"]
-    cache = ans.AnswerCache(tmp_path / "answers.jsonl")
-    got = cache.get_budgets(tiny, ids, (1, 3, 6))
-    for budget in (1, 3, 6):  # reference: an independent greedy run stopped at each budget
-        *_, last = stream_answer(tiny, ids, budget)
-        assert got[budget] == last.text
-    assert len(cache.known) == 3 and cache.get(tiny, ids, 3) == got[3]
-    assert ans.AnswerCache(tmp_path / "answers.jsonl").known == cache.known  # all three on disk
+class TestRules:
+    RULES = (AnswerRule(1, False), AnswerRule(3, False), AnswerRule(6, False), AnswerRule(6, True))
+
+    def test_one_generation_serves_every_rule_as_separate_runs_would(self, tiny, tmp_path):
+        ids = tiny.tokenizer("the quick brown fox", add_special_tokens=True)["input_ids"]
+        cache = ans.AnswerCache(tmp_path / "answers.jsonl")
+        got = cache.get_rules(tiny, ids, self.RULES)
+        for rule in self.RULES:  # reference: an independent greedy run under each rule
+            *_, last = stream_answer(tiny, ids, rule.budget, rule.first_sentence)
+            assert got[rule] == last.text
+        assert len(cache.known) == 4 and cache.get(tiny, ids, self.RULES[1]) == got[self.RULES[1]]
+        assert ans.AnswerCache(tmp_path / "answers.jsonl").known == cache.known  # all on disk
+
+    def test_a_first_sentence_answer_comes_from_a_cached_plain_one(self, tmp_path, monkeypatch):
+        monkeypatch.setattr(ans, "stream_answer", lambda *a, **k: pytest.fail("nothing should be generated"))
+        cache = ans.AnswerCache(tmp_path / "answers.jsonl")
+        cache.known[cache.key(_Backbone(), [1], AnswerRule(48, False))] = "Denver won. Then it rained"
+        assert cache.get(_Backbone(), [1], AnswerRule(48, True)) == "Denver won."
+
+    def test_the_rules_have_their_own_keys(self):
+        keys = {ans.AnswerCache.key(_Backbone(), [1], r) for r in self.RULES}
+        assert len(keys) == 4
+
+
+@pytest.mark.parametrize(("text", "cut"), [("The answer is 1990. Then", "The answer is 1990."),
+                                           ("The answer is:\n\nParis", "The answer is:"),
+                                           ("  Paris, France", "Paris, France"), ("U.S. Army", "U.S.")])
+def test_the_first_sentence_cut(text, cut):
+    assert AnswerRule(48, True).cut(text) == cut and AnswerRule(48, False).cut(text) == text.strip()

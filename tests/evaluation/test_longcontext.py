@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from unreal_demo.core.chunking import tokenizer_counters
+from unreal_demo.core.generation import AnswerRule
 from unreal_demo.core.head import untrained_head
 from unreal_demo.evaluation import answers
 from unreal_demo.evaluation import longcontext_run as longcontext_eval
@@ -167,8 +168,8 @@ class TestRun:
 
     def test_run_rows_and_summary(self, explorer, monkeypatch, tmp_path):
         monkeypatch.setenv("UNREAL_CACHE", str(tmp_path))
-        monkeypatch.setattr(answers, "MAX_NEW_TOKENS", 2)  # what the answer cache generates
-        monkeypatch.setattr(longcontext_eval, "MAX_NEW_TOKENS", 2)
+        monkeypatch.setattr(answers, "ANSWER_RULE", AnswerRule(2))  # what the answer cache generates
+        monkeypatch.setattr(longcontext_eval, "ANSWER_RULE", AnswerRule(2))
         count, offsets = tokenizer_counters(explorer.backbone.tokenizer)
         items = [Item(str(k), f"What is secret {k}?", (str(1000 + k),), GOLDS[k], 0.5) for k in range(2)]
         b = Builder(items, build_pool(POOL_TEXTS, GOLDS, 0), count, offsets)

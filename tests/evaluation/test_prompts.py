@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
-from unreal_demo.core.generation import PROMPTS, SHOTS, prompt_ids
+from unreal_demo.core.generation import ANSWER_RULE, DEFAULT_PROMPT, PROMPTS, SHOTS, AnswerRule, prompt_ids
 from unreal_demo.core.head import untrained_head
 from unreal_demo.data.sources import Question
 from unreal_demo.evaluation import prompts
 from unreal_demo.pipeline import Explorer
+from unreal_demo.settings import PRECOMPUTED
 
 CONTEXT = "Item 5 weighs 15 kilograms."
 QUESTION = "How much does item 5 weigh?"
@@ -43,50 +46,42 @@ class TestPromptIds:
             prompt_ids(tiny, [CONTEXT], QUESTION, "nope")
 
 
-def test_choice_runs_every_prompt_on_the_same_dev_questions(tiny, tmp_path, monkeypatch):
-    monkeypatch.setenv("UNREAL_CACHE", str(tmp_path))
-    qs = [Question(f"q{i}", f"How much does item {i} weigh?", (f"{i * 3} kilograms",), f"p{i}", "T") for i in range(4)]
+def _dev(monkeypatch, n: int) -> None:
+    qs = [Question(f"q{i}", f"How much does item {i} weigh?", (f"{i * 3} kilograms",), f"p{i}", "T") for i in range(n)]
     monkeypatch.setattr(prompts, "dev_questions",
                         lambda sample, seed: (qs[:sample], {f"p{i}": f"Item {i} weighs {i * 3} kilograms."
-                                                            for i in range(4)}))
+                                                            for i in range(n)}))
+
+
+def test_choice_runs_every_prompt_on_the_same_dev_questions(tiny, tmp_path, monkeypatch):
+    monkeypatch.setenv("UNREAL_CACHE", str(tmp_path))
+    _dev(monkeypatch, 4)
     explorer = Explorer(tiny, untrained_head(tiny, n_ret=4, n_groups=2, chunk_layer=3), None)
-    result = prompts.run_prompt_choice(explorer, sample=3, out=tmp_path / "choice.json")
-    assert [r["prompt"] for r in result["table"]] == list(PROMPTS)
+    result = prompts.run_prompt_choice(explorer, sample=3, out=tmp_path / "choice.json", budgets=(3,))
+    assert [(r["prompt"], r["first_sentence"]) for r in result["table"]] == [
+        (p, s) for p in PROMPTS for s in (False, True)]
     assert all(r["questions"] == 3 for r in result["table"])
     few, plain = (next(r for r in result["table"] if r["prompt"] == n) for n in ("two-shot", "instruction"))
     assert few["prompt_tokens"] > plain["prompt_tokens"] and few["shots"] == 2
-    best = max(result["table"], key=lambda r: (r["contained"], r["f1"][0]))
+    best = max(result["table"], key=lambda r: (round(r["f1"][0], 2), r["contained"]))
     assert result["chosen"] == best["prompt"] and result["provenance"]["prompt"]
+    assert result["chosen_rule"] == {"budget": best["budget"], "first_sentence": best["first_sentence"]}
     assert (tmp_path / "choice.json").exists()
-    with pytest.raises(Exception, match="unknown prompt nope"):
-        prompts.check_prompts(["nope"])
 
 
-def test_dev_questions_leave_out_the_shots_articles():
-    from unreal_demo.data.sources import SOURCES
-
-    if not SOURCES["squad_dev"].path.exists():
-        pytest.skip("SQuAD dev is not cached (python -m unreal_demo data fetch squad_dev)")
-    qs, gold = prompts.dev_questions(300, 0)
-    assert len(qs) == 300 and not {q.title for q in qs} & {"Super Bowl 50", "Normans"}
-    assert all(q.passage_id in gold for q in qs)
-    assert [q.id for q in prompts.dev_questions(300, 0)[0]] == [q.id for q in qs]  # seeded
-
-
-def test_budgets_are_prefixes_of_one_answer_and_the_knee_is_chosen(tiny, tmp_path, monkeypatch):
+def test_shorter_budgets_are_prefixes_of_one_answer(tiny, tmp_path, monkeypatch):
     monkeypatch.setenv("UNREAL_CACHE", str(tmp_path))
-    qs = [Question(f"q{i}", f"How much does item {i} weigh?", (f"{i * 3} kilograms",), f"p{i}", "T") for i in range(3)]
-    monkeypatch.setattr(prompts, "dev_questions",
-                        lambda sample, seed: (qs, {f"p{i}": f"Item {i} weighs {i * 3} kilograms." for i in range(3)}))
+    _dev(monkeypatch, 3)
     explorer = Explorer(tiny, untrained_head(tiny, n_ret=4, n_groups=2, chunk_layer=3), None)
     result = prompts.run_prompt_choice(explorer, sample=3, prompts=["instruction"], budgets=(4, 1))
-    assert [r["budget"] for r in result["table"]] == [1, 4]
-    assert result["table"][0]["contained"] <= result["table"][1]["contained"]  # a prefix finds no more
-    assert result["chosen_budget"] == prompts.chosen_budget(result["table"])
+    plain = [r for r in result["table"] if not r["first_sentence"]]
+    assert [r["budget"] for r in plain] == [1, 4]
+    assert plain[0]["contained"] <= plain[1]["contained"]  # a prefix finds no more
     with pytest.raises(prompts.UserError):
         prompts.run_prompt_choice(explorer, sample=3, prompts=["instruction"], budgets=(0,))
 
 
-def test_the_budget_knee():
-    rows = [{"budget": 16, "contained": 0.28}, {"budget": 32, "contained": 0.39}, {"budget": 48, "contained": 0.40}]
-    assert prompts.chosen_budget(rows) == 32 and prompts.chosen_budget(rows, share=1.0) == 48
+def test_the_shipped_choice_is_what_the_evaluations_use():
+    shipped = json.loads((PRECOMPUTED / "prompt_choice.json").read_text())
+    assert shipped["chosen"] == DEFAULT_PROMPT
+    assert AnswerRule(**shipped["chosen_rule"]) == ANSWER_RULE

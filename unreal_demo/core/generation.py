@@ -4,11 +4,13 @@ The selected chunks' unchanged text, in original document order, then the
 question, go into the model's own chat template (a plain "Context / Question /
 Answer" prompt for models without one). Decoding is greedy, so an answer is
 deterministic, and streamed token by token with a KV cache; prefill and
-first-token times are measured separately.
+first-token times are measured separately. An :class:`AnswerRule` bounds the
+answer: a budget of new tokens and, optionally, the end of its first sentence.
 """
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -45,7 +47,43 @@ SHOT_ARTICLES = ("Super_Bowl_50", "Normans")
 EXTRACT = "Copy the shortest phrase of the context that answers the question. Reply with that phrase only."
 PROMPTS = {p.name: p for p in (Prompt("instruction"), Prompt("two-shot", shots=SHOTS),
                                Prompt("two-shot-extract", instruction=EXTRACT, shots=SHOTS))}
-DEFAULT_PROMPT = "two-shot"  # chosen on SQuAD dev: precomputed/prompt_choice.json (python -m unreal_demo eval prompt)
+SENTENCE_END = re.compile(r"(?<=[.!?])\s|\n")
+
+
+def first_sentence(text: str) -> str | None:
+    """``text`` up to the end of its first sentence or line, or ``None`` while that end has not come.
+
+    >>> first_sentence("Denver Broncos won. They")
+    'Denver Broncos won.'
+    >>> first_sentence("January 29, 19") is None
+    True
+    """
+    text = text.lstrip()
+    end = SENTENCE_END.search(text)
+    return None if end is None else text[:end.start()]
+
+
+@dataclass(frozen=True)
+class AnswerRule:
+    """How far a greedy answer grows: at most ``budget`` new tokens and, with ``first_sentence``, no
+    further than the end of its first sentence (:func:`first_sentence`)."""
+
+    budget: int = 48
+    first_sentence: bool = True
+
+    @property
+    def name(self) -> str:
+        return f"{self.budget} tokens" + (", first sentence" if self.first_sentence else "")
+
+    def cut(self, text: str) -> str:
+        """An answer that ran ``budget`` tokens without the stop, as this rule would have ended it."""
+        return (first_sentence(text) if self.first_sentence else None) or text.strip()
+
+
+# Both chosen together on SQuAD dev (F1, ties by "contained"): precomputed/prompt_choice.json, made by
+# python -m unreal_demo eval prompt --sample 150 --budgets 16,24,32,48
+DEFAULT_PROMPT = "two-shot"
+ANSWER_RULE = AnswerRule(48, first_sentence=True)
 
 
 @dataclass
@@ -101,8 +139,12 @@ def _stop_ids(backbone: Backbone) -> set[int]:
 
 
 @torch.inference_mode()
-def stream_answer(backbone: Backbone, ids: list[int], max_new_tokens: int = 48) -> Iterator[Generation]:
+def stream_answer(backbone: Backbone, ids: list[int], max_new_tokens: int = ANSWER_RULE.budget,
+                  first_sentence_only: bool = ANSWER_RULE.first_sentence) -> Iterator[Generation]:
     """Greedy decoding, yielding the growing answer after every token.
+
+    With ``first_sentence_only`` decoding stops once the first sentence (or line) has ended; the
+    answer is then that sentence, exactly :meth:`AnswerRule.cut` of the unstopped answer.
 
     The first :class:`Generation` carries ``timings["prefill"]`` (forward over the prompt)
     and ``timings["first_token"]``; the last one ``timings["decode"]`` as well.
@@ -125,6 +167,10 @@ def stream_answer(backbone: Backbone, ids: list[int], max_new_tokens: int = 48) 
         if len(generated) == 1:
             out.timings["first_token"] = time.perf_counter() - t0
         out.text, out.tokens = backbone.tokenizer.decode(generated, skip_special_tokens=True), len(generated)
+        done = first_sentence(out.text) if first_sentence_only else None
+        if done is not None:
+            out.text = done
+            break
         yield out
         logits = model(input_ids=torch.tensor([[nxt]], device=dev), cache=cache, use_cache=True).logits
     out.timings.setdefault("first_token", time.perf_counter() - t0)

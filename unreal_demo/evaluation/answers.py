@@ -28,10 +28,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..core.backbone import cache_dir
-from ..core.generation import stream_answer
+from ..core.generation import ANSWER_RULE, AnswerRule, stream_answer
 from ..settings import PRECOMPUTED, in_precomputed
 
-MAX_NEW_TOKENS = 16
 EXPORT_EVERY = 50  # new answers between two exports of a run that keeps its answers in the repository
 
 
@@ -81,36 +80,47 @@ class AnswerCache:
             self.known |= _rows(path.read_text(encoding="utf-8").splitlines())
 
     @staticmethod
-    def key(backbone, ids: list[int], budget: int = MAX_NEW_TOKENS) -> str:
-        """The cache key of a greedy answer of at most ``budget`` new tokens to the prompt ``ids``."""
-        return hashlib.sha1(json.dumps([backbone.numerics, budget, ids]).encode()).hexdigest()
+    def key(backbone, ids: list[int], rule: AnswerRule | None = None) -> str:
+        """The cache key of the greedy answer to the prompt ``ids`` under ``rule`` (default :data:`ANSWER_RULE`)."""
+        rule = rule or ANSWER_RULE
+        parts = [backbone.numerics, rule.budget, ids] if not rule.first_sentence else \
+            [backbone.numerics, rule.budget, "first sentence", ids]
+        return hashlib.sha1(json.dumps(parts).encode()).hexdigest()
 
-    def get(self, backbone, ids: list[int], budget: int = MAX_NEW_TOKENS) -> str:
-        """The greedy answer of at most ``budget`` new tokens (generated once, then read from the cache)."""
-        return self.get_budgets(backbone, ids, (budget,))[budget]
+    def get(self, backbone, ids: list[int], rule: AnswerRule | None = None) -> str:
+        """The greedy answer under ``rule`` (default :data:`ANSWER_RULE`; generated once, then cached)."""
+        rule = rule or ANSWER_RULE
+        return self.get_rules(backbone, ids, (rule,))[rule]
 
-    def get_budgets(self, backbone, ids: list[int], budgets: Sequence[int]) -> dict[int, str]:
-        """The answers at several budgets of new tokens from one greedy run at the largest.
+    def get_rules(self, backbone, ids: list[int], rules: Sequence[AnswerRule]) -> dict[AnswerRule, str]:
+        """The answers under several rules from one greedy run at the largest budget.
 
         Greedy decoding makes the answer at budget b the first b tokens of any longer one (or the
-        whole answer, where it stopped before b), so every budget is cached from a single generation.
+        whole answer, where it stopped before b), and a first-sentence answer that sentence of it
+        (:meth:`AnswerRule.cut`), so every rule is cached from a single generation; that run stops at
+        the first sentence itself when every rule asked for does.
         """
-        keys = {b: self.key(backbone, ids, b) for b in budgets}
-        missing = [b for b, k in keys.items() if k not in self.known]
+        keys = {r: self.key(backbone, ids, r) for r in rules}
+        for r in rules:  # a first-sentence answer is its sentence of the plain answer at the same budget
+            plain = self.key(backbone, ids, AnswerRule(r.budget, first_sentence=False))
+            if r.first_sentence and keys[r] not in self.known and plain in self.known:
+                self.known[keys[r]] = r.cut(self.known[plain])
+        missing = [r for r, k in keys.items() if k not in self.known]
         if missing:
-            texts, last = {}, ""
-            for gen in stream_answer(backbone, ids, max(missing)):
+            budgets, at, last = {r.budget for r in missing}, {}, ""
+            stop = all(r.first_sentence for r in missing)
+            for gen in stream_answer(backbone, ids, max(budgets), first_sentence_only=stop):
                 last = gen.text
-                if gen.tokens in keys and gen.tokens not in texts:
-                    texts[gen.tokens] = gen.text.strip()
-            rows = {keys[b]: texts.get(b, last.strip()) for b in missing}
+                if gen.tokens in budgets and gen.tokens not in at:
+                    at[gen.tokens] = gen.text
+            rows = {keys[r]: r.cut(at.get(r.budget, last)) for r in missing}
             self.known |= rows
             with self.path.open("a", encoding="utf-8") as f:
                 f.write("".join(json.dumps({"key": k, "answer": a}) + "\n" for k, a in rows.items()))
             self.fresh += 1
             if self.export_every and self.fresh >= self.export_every:
                 self.export()
-        return {b: self.known[k] for b, k in keys.items()}
+        return {r: self.known[k] for r, k in keys.items()}
 
     def export(self) -> int:
         """Write every known answer to :attr:`shipped` (sorted, gzipped, reproducible); the count written.

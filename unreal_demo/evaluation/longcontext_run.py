@@ -19,10 +19,10 @@ from collections.abc import Callable, Sequence
 import torch
 
 from ..core.encoding import cached_encode
-from ..core.generation import fits_window, prompt_ids
+from ..core.generation import ANSWER_RULE, DEFAULT_PROMPT, fits_window, prompt_ids
 from ..core.selection import select_top_n
 from ..retrieval.registry import METHODS, MemoryStore, all_scores, check
-from .answers import MAX_NEW_TOKENS, AnswerCache, answer_cache, keeps
+from .answers import AnswerCache, answer_cache, keeps
 from .longcontext import Builder, Context, gold_chunks, label
 from .metrics import contained, exact_match, f1
 from .results import write_result
@@ -162,7 +162,7 @@ def run_longcontext(explorer, builder: Builder, lengths: Sequence[int], ns: Sequ
 def _answer(backbone, answers: AnswerCache, item, texts: list[str], chosen: list[int], gold: set[int]) -> dict:
     ids = prompt_ids(backbone, [texts[i] for i in chosen], item.question)
     record = {"recall": float(bool(gold & set(chosen))), "prompt_tokens": len(ids)}
-    if not fits_window(backbone, len(ids), MAX_NEW_TOKENS):
+    if not fits_window(backbone, len(ids), ANSWER_RULE.budget):
         return record | {"fits": False}
     text = answers.get(backbone, ids)
     return record | {"fits": True, "answer": text, "em": exact_match(text, item.answers),
@@ -257,8 +257,8 @@ def run_benchmark(explorer, sample: int, lengths: Sequence[int], ns: Sequence[in
             "setting": f"{len(builder.items)} SQuAD-Shifts New-Wiki questions (seed {seed}); "
                        f"{DISTRACTORS[distractors]}; distractor pool {len(builder.pool):,} passages (Wikipedia "
                        "summaries, Paul Graham essays, a Gutenberg novel); model "
-                       f"{explorer.backbone.name}, head {explorer.head_source}; greedy, {MAX_NEW_TOKENS} new "
-                       f"tokens{left}",
+                       f"{explorer.backbone.name}, head {explorer.head_source}; prompt {DEFAULT_PROMPT}, greedy, "
+                       f"{ANSWER_RULE.name}{left}",
             "wall_seconds": round(time.perf_counter() - t0, 1), "markdown": markdown(partial["table"]),
         }
         return write_result(result, out, explorer)

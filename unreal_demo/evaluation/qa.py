@@ -28,13 +28,13 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from ..core.backbone import cache_dir
-from ..core.generation import DEFAULT_PROMPT, PROMPTS, prompt_ids
+from ..core.generation import ANSWER_RULE, DEFAULT_PROMPT, PROMPTS, prompt_ids
 from ..data.sources import Question
 from ..errors import UserError
 from ..retrieval.registry import METHODS as RETRIEVERS
 from ..retrieval.registry import canonical, names, retrieve
 from ..store.index import Index
-from .answers import MAX_NEW_TOKENS, AnswerCache, answer_cache, keeps
+from .answers import AnswerCache, answer_cache, keeps
 from .metrics import contained, exact_match, f1
 from .results import write_result
 from .retrieval import mean_ci, sample_questions, wilson
@@ -79,7 +79,7 @@ def questions(sample: int, seed: int) -> tuple[list[Question], dict[str, str]]:
 def _key(index: Index, explorer, method: str, qs: Sequence[Question], k: int) -> str:
     parts = [index.manifest["model"], index.manifest["revision"], index.manifest["chunks"],
              index.manifest["tokens"], index.manifest.get("dtype"), index.manifest.get("codec_sha256"),
-             explorer.backbone.numerics, method, k, MAX_NEW_TOKENS, repr(PROMPTS[DEFAULT_PROMPT]),
+             explorer.backbone.numerics, method, k, ANSWER_RULE.name, repr(PROMPTS[DEFAULT_PROMPT]),
              [q.id for q in qs]]
     if RETRIEVERS.get(method) is not None and RETRIEVERS[method].model:
         parts.append(explorer.head.digest())
@@ -191,8 +191,9 @@ def run_qa_eval(explorer, index: Index, sample: int = 100, methods: Sequence[str
         "setting": f"{len(qs)} held-out SQuAD-Shifts New-Wiki questions (seed {seed}); top-k chunks "
                    f"(k = {', '.join(map(str, ks))}) from the {index.manifest['chunks']:,}-chunk index "
                    f"({index.manifest['passages']:,} passages); prompt {DEFAULT_PROMPT}; greedy, "
-                   f"{MAX_NEW_TOKENS} new tokens; model {explorer.backbone.name}; head {explorer.head_source}",
-        "k": list(ks), "prompt": DEFAULT_PROMPT, "table": table, "markdown": markdown(table),
+                   f"{ANSWER_RULE.name}; model {explorer.backbone.name}; head {explorer.head_source}",
+        "k": list(ks), "prompt": DEFAULT_PROMPT, "answer_rule": ANSWER_RULE.name, "table": table,
+        "markdown": markdown(table),
         "answers": {_label(r): [{"id": x["id"], "answer": x["answer"], "chunks": x["chunks"]} for x in r["rows"]]
                     for r in results},
     }

@@ -47,8 +47,8 @@ def head_digest(head_path: Path | None) -> str | None:
 
 def provenance(explorer=None, argv: list[str] | None = None, prompt: str | None = None) -> dict:
     """How a result was made: command, head path and digest, model, revision and dtype, answering prompt (default
-    :data:`core.generation.DEFAULT_PROMPT`), date, schema."""
-    from ..core.generation import DEFAULT_PROMPT
+    :data:`core.generation.DEFAULT_PROMPT`) and answer rule, date, schema."""
+    from ..core.generation import ANSWER_RULE, DEFAULT_PROMPT
 
     record = {"schema": SCHEMA, "command": command(argv),
               "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")}
@@ -56,7 +56,7 @@ def provenance(explorer=None, argv: list[str] | None = None, prompt: str | None 
         record |= {"model": explorer.backbone.name, "revision": explorer.backbone.revision,
                    "dtype": str(explorer.backbone.dtype).removeprefix("torch."),
                    "head": explorer.head_source, "head_digest": head_digest(explorer.head_path),
-                   "prompt": prompt or DEFAULT_PROMPT}
+                   "prompt": prompt or DEFAULT_PROMPT, "answer_rule": ANSWER_RULE.name}
     return record
 
 
@@ -82,9 +82,12 @@ def head_mismatch(result: dict, explorer) -> str | None:
     if made["head_digest"] != head_digest(explorer.head_path):
         return (f"this result was made with head {made.get('head')} ({made['head_digest']}), not the loaded "
                 f"head {explorer.head_source}")
-    from ..core.generation import DEFAULT_PROMPT, PROMPTS
+    from ..core.generation import ANSWER_RULE, DEFAULT_PROMPT, PROMPTS
 
     if made.get("prompt") in PROMPTS and made["prompt"] != DEFAULT_PROMPT:
         return (f"this result's answers came from the {made['prompt']!r} prompt; the app now answers with "
                 f"{DEFAULT_PROMPT!r} (chosen on SQuAD dev, precomputed/prompt_choice.json)")
+    if made.get("answer_rule", ANSWER_RULE.name) != ANSWER_RULE.name:
+        return (f"this result's answers were cut at {made['answer_rule']}; the app now answers with "
+                f"{ANSWER_RULE.name} (chosen on SQuAD dev, precomputed/prompt_choice.json)")
     return None

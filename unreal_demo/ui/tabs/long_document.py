@@ -11,7 +11,7 @@ from pathlib import Path
 import gradio as gr
 import pandas as pd
 
-from ...core.generation import Generation, fits_window, prompt_ids
+from ...core.generation import ANSWER_RULE, AnswerRule, Generation, fits_window, prompt_ids
 from ...data.textio import decode_text
 from ...errors import InputError, UserError
 from ...pipeline import MAX_CHARS, AskStep, Explorer, Loading, Ranking
@@ -76,7 +76,7 @@ def timing_table(explorer: Explorer, step: AskStep, question: str, full: dict | 
         row = {"method": "full context", "prompt tokens": n_full, "encode s": 0.0, "retrieval s": 0.0}
         if full is not None:
             row |= {"prefill s": round(full["prefill"], 3), "time to first token s": round(full["ttft"], 3)}
-        elif not fits_window(explorer.backbone, n_full, 48):
+        elif not fits_window(explorer.backbone, n_full, ANSWER_RULE.budget):
             row |= {"prefill s": "does not fit", "time to first token s": f"window {explorer.backbone.max_positions}"}
         else:
             row |= {"prefill s": "not run", "time to first token s": "tick 'also time full context'"}
@@ -233,7 +233,7 @@ def _time_full(explorer: Explorer, ranking: Ranking, question: str) -> dict | No
     full = Ranking("full", ranking.chunks, None, list(range(len(ranking.chunks))), dict(ranking.timings))
     t0 = time.perf_counter()
     try:
-        for gen in explorer.stream(full, question, max_new_tokens=1):
+        for gen in explorer.stream(full, question, AnswerRule(1, first_sentence=False)):
             return {"prefill": gen.timings["prefill"], "ttft": ranking.timings.get("chunk", 0.0)
                     + time.perf_counter() - t0}
     except InputError:
