@@ -139,12 +139,12 @@ def train_sources(cfg: TrainConfig) -> list[str]:
 
 def train_split(cfg: TrainConfig) -> tuple[list[Passage], list[Question]]:
     """The train split of every training source: their train articles' paragraphs and questions."""
-    return _split(cfg)[0]
+    return splits(cfg)[0]
 
 
 def dev_questions(cfg: TrainConfig) -> tuple[list[Passage], list[Question]]:
     """The dev split (articles disjoint from train) for choosing ℓc and hyper-parameters."""
-    return _split(cfg)[1]
+    return splits(cfg)[1]
 
 
 def sample_dev(cfg: TrainConfig, n: int, seed: int, split: tuple[list[Passage], list[Question]] | None = None,
@@ -157,7 +157,7 @@ def sample_dev(cfg: TrainConfig, n: int, seed: int, split: tuple[list[Passage], 
     return [q.text for q in questions], [{where[q.passage_id]} for q in questions], [p.text for p in corpus]
 
 
-def _split(cfg: TrainConfig) -> list[tuple[list[Passage], list[Question]]]:
+def splits(cfg: TrainConfig) -> list[tuple[list[Passage], list[Question]]]:
     """(paragraphs, questions) of the train and the dev articles (disjoint by article), over every source."""
     out: list[tuple[list[Passage], list[Question]]] = [([], []), ([], [])]
     for name in train_sources(cfg):
@@ -184,7 +184,7 @@ def _keys(cfg: TrainConfig, backbone, texts: list[str], progress=None, bounds: S
 
 
 def _source_ends(corpus: list[Passage]) -> list[int]:
-    """Where each source's passages end in a corpus built source after source (:func:`_split`)."""
+    """Where each source's passages end in a corpus built source after source (:func:`splits`)."""
     return [i + 1 for i in range(len(corpus)) if i + 1 == len(corpus) or corpus[i + 1].source != corpus[i].source]
 
 

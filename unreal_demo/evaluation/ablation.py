@@ -24,7 +24,7 @@ from pathlib import Path
 from ..core.backbone import cache_dir, load_backbone
 from ..core.encoding import cache_folder, warm_cache
 from ..core.head import QueryHead
-from ..core.training import TrainConfig, head_at_checkpoint, sample_dev, train, train_split
+from ..core.training import TrainConfig, head_at_checkpoint, sample_dev, splits, train
 from ..errors import InputError
 from ..pipeline import Explorer
 from ..retrieval.registry import MemoryStore, all_scores
@@ -173,8 +173,9 @@ def run_ablations(steps: int = 60, dev_sample: int = 300, out: str = "precompute
     done = read_sweeps(path).get(sweep, {}).get("rows", [])
     done = [r for r in done if r["steps"] == steps and r["dev_questions"] == dev_sample]
     variants = {k: v for k, v in spec.variants.items() if not only or any(o in k for o in only)}
-    texts, gold, dev_texts = sample_dev(spec.base, dev_sample, seed)
-    train_passages = [p.text for p in train_split(spec.base)[0]]
+    train_side, dev_side = splits(spec.base)  # every source read once
+    texts, gold, dev_texts = sample_dev(spec.base, dev_sample, seed, dev_side)
+    train_passages = [p.text for p in train_side[0]]
     for corpus in (train_passages, dev_texts):  # encode what neither the cache nor the repository holds
         missing = [st for st in _keys_settings(spec, variants)
                    if not shipped_path(cache_folder(backbone, corpus, *st, spec.base.chunk_tokens).name).exists()]
