@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from unreal_demo.__main__ import main
+from unreal_demo.core.generation import AnswerRule
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "assets" / "examples"
 NEEDLE = EXAMPLES / "needle_haystack.txt"
@@ -41,7 +42,7 @@ def test_shipped_head_is_trained_and_finds_the_needle(explorer):
     doc = NEEDLE.read_text()
     ranking = explorer.rank([doc], QUESTION, 5, "unreal")
     assert any("paprika" in ranking.chunks[i].text for i in ranking.selected)
-    answer = "".join(g.text for g in list(explorer.stream(ranking, QUESTION, 24))[-1:])
+    answer = "".join(g.text for g in list(explorer.stream(ranking, QUESTION, AnswerRule(24)))[-1:])
     assert "paprika" in answer.lower()
 
 
