@@ -102,9 +102,10 @@ class AnswerCache:
         """
         keys = {r: self.key(backbone, ids, r) for r in rules}
         for r in rules:  # a first-sentence answer is its sentence of the plain answer at the same budget
-            plain = self.key(backbone, ids, AnswerRule(r.budget, first_sentence=False))
-            if r.first_sentence and keys[r] not in self.known and plain in self.known:
-                self.known[keys[r]] = r.cut(self.known[plain])
+            if r.first_sentence and keys[r] not in self.known:
+                plain = self.key(backbone, ids, AnswerRule(r.budget, first_sentence=False))
+                if plain in self.known:
+                    self.known[keys[r]] = r.cut(self.known[plain])
         missing = [r for r, k in keys.items() if k not in self.known]
         if missing:
             budgets, at, last = {r.budget for r in missing}, {}, ""

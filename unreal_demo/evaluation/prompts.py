@@ -63,7 +63,8 @@ def run_prompt_choice(explorer, sample: int = 200, prompts: Sequence[str] | None
     names = check_prompts(prompts)
     if not budgets or min(budgets) < 1:
         raise UserError(f"answer budgets must be whole numbers of tokens ≥ 1, not {list(budgets)}")
-    rules = [AnswerRule(b, s) for b in sorted(set(budgets)) for s in (False, True)]
+    budgets = sorted(set(budgets))
+    rules = [AnswerRule(b, s) for b in budgets for s in (False, True)]
     qs, gold = dev_questions(sample, seed)
     answers = answer_cache("qa")
     table = []
@@ -95,7 +96,7 @@ def run_prompt_choice(explorer, sample: int = 200, prompts: Sequence[str] | None
               f"{r['contained_ci'][1]:.2f}) | {r['answer_words']} | {r['prompt_tokens']} |" for r in table]
     result = {"setting": f"{len(qs)} SQuAD v1.1 dev questions (seed {seed}; not the few-shot examples' articles), "
                          f"each answered from its gold paragraph alone, greedy, at most "
-                         f"{', '.join(str(r.budget) for r in rules[::2])} new tokens, with and without the "
+                         f"{', '.join(map(str, budgets))} new tokens, with and without the "
                          f"first-sentence stop (one generation per prompt and question); model "
                          f"{explorer.backbone.name}",
               "chosen": best["prompt"], "chosen_rule": {"budget": best["budget"],
