@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 from unreal_demo.core.chunking import CHUNK_TOKENS
-from unreal_demo.core.generation import fits_window, prompt_ids, stream_answer
+from unreal_demo.core.generation import AnswerRule, fits_window, prompt_ids, stream_answer
 from unreal_demo.data.sources import load_essays
 from unreal_demo.evaluation import flops
 from unreal_demo.pipeline import Explorer
@@ -53,7 +53,7 @@ def time_unreal(ex: Explorer, doc: str, n: int) -> dict:
     t0 = time.perf_counter()
     ranking = ex.rank([doc], QUESTION, n, "unreal")
     t1 = time.perf_counter()
-    next(ex.stream(ranking, QUESTION, 1))
+    next(ex.stream(ranking, QUESTION, AnswerRule(1, first_sentence=False)))
     return {"ttft_s": time.perf_counter() - t0, "encode_s": ranking.timings["encode"],
             "retrieval_s": ranking.timings["retrieval"], "prefill_s": time.perf_counter() - t1,
             "found": any("paprika" in ranking.chunks[i].text for i in ranking.selected)}
@@ -69,6 +69,34 @@ def crossover(rows: list[dict]) -> float | None:
     return None
 
 
+def measure(ex: Explorer, text: str, lengths: list[int], reps: int, n: int, model: str) -> dict:
+    """UNREAL and full-context TTFT at each length (medians over ``reps``), the crossover and Eq. 10's N*."""
+    rows, summary = [], []
+    for length in lengths:
+        doc = context_of(ex.backbone.tokenizer, text, length)
+        tokens = len(ex.backbone.tokenizer(doc)["input_ids"])
+        full = [time_full(ex, doc) for _ in range(reps)]
+        unreal = [time_unreal(ex, doc, n) for _ in range(reps)]
+        f = statistics.median(full) if full[0] is not None else None
+        u = {k: statistics.median(r[k] for r in unreal) for k in ("ttft_s", "encode_s", "retrieval_s", "prefill_s")}
+        rows.append({"method": "unreal", "tokens": tokens, **u, "found": sum(r["found"] for r in unreal)})
+        if f is not None:
+            rows.append({"method": "full", "tokens": tokens, "ttft_s": f})
+        ratio = u["ttft_s"] / f if f else None
+        summary.append({"tokens": tokens, "ratio": ratio})
+        print(f"{tokens:>7} tokens: UNREAL {u['ttft_s']:.3f} s (encode {u['encode_s']:.3f}, retrieval "
+              f"{u['retrieval_s']:.3f}, prefill {u['prefill_s']:.3f}); full "
+              + (f"{f:.3f} s; UNREAL/full = {ratio:.2f}" if f else "does not fit the window"), flush=True)
+    c = ex.head.config
+    spec = flops.spec_from_config(ex.backbone.model.config, c.chunk_layer, model)
+    setting = flops.Setting(n=n, T=CHUNK_TOKENS, T_q=16, T_g=1,
+                            x_ret=c.n_context * c.context_tokens + 16 + c.n_ret + 1)
+    star, cross = flops.n_star(spec, setting), crossover(summary)
+    print(f"measured crossover: {cross:,.0f} tokens" if cross else "measured crossover: not within the lengths")
+    print(f"Eq. 10 N* for {model} (n={n}, |x_ret|={setting.xret}): {star:,.0f} tokens")
+    return {"rows": rows, "ratios": summary, "crossover_tokens": cross, "n_star_eq10": star}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--lengths", default="512,1024,2048,4096,8000,16000,32000")
@@ -79,34 +107,11 @@ def main() -> None:
     args = parser.parse_args()
     ex = Explorer.load(args.model)
     text = " ".join(e.text for e in load_essays())
-    rows, summary = [], []
-    for length in [int(x) for x in args.lengths.split(",")]:
-        doc = context_of(ex.backbone.tokenizer, text, length)
-        tokens = len(ex.backbone.tokenizer(doc)["input_ids"])
-        full = [time_full(ex, doc) for _ in range(args.reps)]
-        unreal = [time_unreal(ex, doc, args.n) for _ in range(args.reps)]
-        f = statistics.median(full) if full[0] is not None else None
-        u = {k: statistics.median(r[k] for r in unreal) for k in ("ttft_s", "encode_s", "retrieval_s", "prefill_s")}
-        rows.append({"method": "unreal", "tokens": tokens, **u, "found": sum(r["found"] for r in unreal)})
-        if f is not None:
-            rows.append({"method": "full", "tokens": tokens, "ttft_s": f})
-        ratio = u["ttft_s"] / f if f else None
-        summary.append({"tokens": tokens, "ratio": ratio})
-        print(f"{tokens:>7} tokens: UNREAL {u['ttft_s']:.2f} s (encode {u['encode_s']:.2f}, retrieval "
-              f"{u['retrieval_s']:.2f}, prefill {u['prefill_s']:.2f}); full "
-              + (f"{f:.2f} s; UNREAL/full = {ratio:.2f}" if f else "does not fit the window"), flush=True)
-    c = ex.head.config
-    spec = flops.spec_from_config(ex.backbone.model.config, c.chunk_layer, args.model)
-    setting = flops.Setting(n=args.n, T=CHUNK_TOKENS, T_q=16, T_g=1,
-                            x_ret=c.n_context * c.context_tokens + 16 + c.n_ret + 1)
-    star, cross = flops.n_star(spec, setting), crossover(summary)
-    print(f"measured crossover: {cross:,.0f} tokens" if cross else "measured crossover: not within the lengths")
-    print(f"Eq. 10 N* for {args.model} (n={args.n}, |x_ret|={setting.xret}): {star:,.0f} tokens")
+    result = measure(ex, text, [int(x) for x in args.lengths.split(",")], args.reps, args.n, args.model)
     Path(args.out).write_text(json.dumps({
         "command": f"python benchmarks/ttft_breakeven.py --lengths {args.lengths} --reps {args.reps} "
                    f"--n {args.n}",
-        "rows": rows, "ratios": summary, "crossover_tokens": cross, "n_star_eq10": star,
-        "machine": "2 CPU cores, fp32"}, indent=2))
+        **result, "machine": "2 CPU cores, fp32"}, indent=2))
 
 
 if __name__ == "__main__":

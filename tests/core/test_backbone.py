@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 
+import pytest
 import transformers
 
 from tests.conftest import make_backbone
@@ -59,3 +60,21 @@ def test_a_stale_incomplete_copy_is_replaced(tmp_path, monkeypatch):
     bb._convert_gguf(tmp_path, "m.gguf", out)
     assert (out / "model.safetensors").exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m"]
+
+
+def test_random_backbone_has_the_folders_shape_and_tokenizer(tmp_path):
+    """A config and tokenizer without weights (what travels to a lent GPU) give a model of that shape."""
+    tiny = make_backbone(n_layers=3)
+    tiny.model.config.save_pretrained(tmp_path)
+    tiny.tokenizer.save_pretrained(tmp_path)
+    got = bb.random_backbone(tmp_path, device="cpu", dtype="fp32", seed=1)
+    assert (got.n_layers, got.hidden_size) == (3, tiny.hidden_size)
+    assert got.tokenizer("Paris is the capital")["input_ids"] == tiny.tokenizer("Paris is the capital")["input_ids"]
+    assert got.revision == "random:1" and not any(p.requires_grad for p in got.model.parameters())
+    again = bb.random_backbone(tmp_path, device="cpu", dtype="fp32", seed=1)  # the seed fixes the weights
+    assert all(bool((a == b).all()) for a, b in zip(got.model.parameters(), again.model.parameters(), strict=True))
+
+
+def test_random_backbone_without_a_config_is_one_clear_error(tmp_path):
+    with pytest.raises(bb.BackboneError, match="cannot read a config and tokenizer"):
+        bb.random_backbone(tmp_path, device="cpu")

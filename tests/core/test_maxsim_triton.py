@@ -24,6 +24,8 @@ CASES = [  # (B, G, d, M, L_p, dtype): ragged sizes, G not a power of two, d not
     (2, 3, 50, 77, 5, "float16"),
     (3, 8, 96, 1, 1, "float16"),
     (1, 1, 130, 65, 2, "bfloat16"),
+    (16, 4, 64, 130, 7, "float16"),  # a batch: 16 queries share one read of each key block
+    (40, 3, 50, 33, 3, "float32"),  # more queries than one program holds (21 per tile): two tiles
 ]
 
 INTERPRETED = [c for c in CASES if c[-1] != "bfloat16"]  # the interpreter computes with NumPy: no bf16
@@ -44,6 +46,7 @@ for b, g, d, m, lp, name in {INTERPRETED!r}:
     torch.testing.assert_close(got, maxsim_reference(q.to(dtype).float(), normalize_chunks(k.float())),
                                atol=1e-4 * d, rtol=1e-3)
 assert maxsim_scores(torch.randn(1, 4, 8), torch.zeros(0, 7, 8)).shape == (1, 0)
+assert maxsim_scores(torch.randn(0, 4, 8), torch.zeros(5, 7, 8)).shape == (0, 5)
 print("ok", len({INTERPRETED!r}))
 """
 

@@ -236,6 +236,38 @@ def _load(name: str, dev: torch.device, dt: torch.dtype, trust_remote_code: bool
     return backbone
 
 
+def random_backbone(folder: str | Path, device: str | None = None, dtype: str | None = None,
+                    seed: int = 0) -> Backbone:
+    """A model of ``folder``'s config and tokenizer with random weights: for timings where the weights
+    cannot travel (a lent GPU machine), since speed depends on the shape, not the values.
+
+    Parameters
+    ----------
+    folder : holds ``config.json`` and the tokenizer files (no weights needed).
+    device, dtype : as for :func:`load_backbone`.
+    seed : of the random initialisation.
+
+    Raises
+    ------
+    BackboneError
+        If the config or tokenizer cannot be read.
+    """
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    dev, dt = pick_device_dtype(device, dtype)
+    try:
+        config = AutoConfig.from_pretrained(folder)
+        tokenizer = AutoTokenizer.from_pretrained(folder)
+    except (OSError, ValueError) as exc:
+        raise BackboneError(f"cannot read a config and tokenizer from {folder}: {str(exc).splitlines()[0]}") from None
+    config._attn_implementation = "sdpa"
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(config, dtype=dt).to(dev).eval().requires_grad_(False)
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return Backbone(model=model, tokenizer=tokenizer, name=str(folder), revision=f"random:{seed}")
+
+
 def _in_hf_cache(name: str) -> bool:
     try:
         from huggingface_hub import try_to_load_from_cache
