@@ -24,21 +24,24 @@ CAPTION = ("**What to look for.** With few chunks accuracy is limited by evidenc
 LIVE_NS = [1, 2, 3, 5, 8, 10, 15, 20, 30]
 
 
-RESULTS = {"pool": "longcontext.json", "same-topic": "longcontext_same_topic.json"}  # in precomputed/, by setting
+# The precomputed runs (in precomputed/): name -> (file, distractor setting, what it is)
+RESULTS = {"pool": ("longcontext.json", "pool", DISTRACTORS["pool"]),
+           "same-topic": ("longcontext_same_topic.json", "same-topic", DISTRACTORS["same-topic"]),
+           "pool, up to 1M": ("longcontext_1m.json", "pool", "the pool setting at 8K and 1M tokens")}
 
 
-def load_results(distractors: str = "pool") -> dict | None:
-    """The precomputed benchmark of one distractor setting (``bench longcontext --distractors …``), if any."""
-    path = PRECOMPUTED / RESULTS[distractors]
+def load_results(name: str = "pool") -> dict | None:
+    """One precomputed benchmark (``bench longcontext … --out precomputed/FILE``), if it exists."""
+    path = PRECOMPUTED / RESULTS[name][0]
     return json.loads(path.read_text()) if path.exists() else None
 
 
-def describe_result(result: dict | None, distractors: str, loader: Loading) -> str:
+def describe_result(result: dict | None, name: str, loader: Loading) -> str:
     """What the precomputed result is: its setting and command, and a warning if another head made it."""
     if not result:
-        return (f"No precomputed results for {distractors} distractors yet: run `python -m unreal_demo bench "
-                f"longcontext --distractors {distractors} --out precomputed/{RESULTS[distractors]}` or use the "
-                "live run below.")
+        file, distractors, _ = RESULTS[name]
+        return (f"No precomputed results for {name} yet: run `python -m unreal_demo bench longcontext "
+                f"--distractors {distractors} --out precomputed/{file}` or use the live run below.")
     text = f"Precomputed: {result['setting']}. Command: `{made_by(result)}`."
     if warning := head_mismatch(result, loader):
         text += f"\n\n⚠ {warning}"
@@ -63,8 +66,8 @@ def build_tab(loader: Loading) -> Ready:
                 "BM25 select n chunks, the same LLM answers. In the *same-topic* setting the distractors next "
                 "to the gold are its own article's other paragraphs and BM25's nearest pool passages.")
     with gr.Row():
-        setting = gr.Radio(shipped, value=shipped[0], label="distractors (precomputed)",
-                           info="; ".join(f"{k}: {v}" for k, v in DISTRACTORS.items() if k in shipped))
+        setting = gr.Radio(shipped, value=shipped[0], label="precomputed run",
+                           info="; ".join(f"{k}: {RESULTS[k][2]}" for k in shipped))
         length = gr.Dropdown([label(x) for x in lengths], value=label(min(lengths, key=lambda x: abs(x - 8000))),
                              label="context length")
         metric = gr.Radio(["f1", "em", "contained"], value="f1", label="answer metric")
@@ -87,12 +90,12 @@ def build_tab(loader: Loading) -> Ready:
     for comp in (length, metric):
         comp.change(draw, [length, metric, shown], [topn, by_length, caption], api_name=False)
 
-    def show_setting(distractors: str, length_label: str, metric_name: str):
-        chosen = load_results(distractors)
+    def show_setting(name: str, length_label: str, metric_name: str):
+        chosen = load_results(name)
         rows = chosen["table"] if chosen else []
         labels = [label(x) for x in sorted({r["length"] for r in rows})] or [length_label]
         keep = length_label if length_label in labels else labels[0]
-        return (describe_result(chosen, distractors, loader), gr.update(choices=labels, value=keep),
+        return (describe_result(chosen, name, loader), gr.update(choices=labels, value=keep),
                 *draw(keep, metric_name, rows), summary_frame(rows) if rows else None, rows)
 
     setting.change(show_setting, [setting, length, metric], [about, length, topn, by_length, caption, frame, shown],

@@ -1,0 +1,23 @@
+"""The Top-n tab's precomputed runs: each names its file, its distractor setting and the command that makes it."""
+
+from __future__ import annotations
+
+import json
+
+from unreal_demo.evaluation.longcontext import DISTRACTORS
+from unreal_demo.ui.tabs import topn
+
+
+def test_a_missing_run_says_which_command_makes_it(monkeypatch, tmp_path):
+    monkeypatch.setattr(topn, "PRECOMPUTED", tmp_path)
+    for name, (file, distractors, _) in topn.RESULTS.items():
+        assert distractors in DISTRACTORS
+        assert topn.load_results(name) is None
+        assert f"--distractors {distractors} --out precomputed/{file}" in topn.describe_result(None, name, None)
+
+
+def test_a_present_run_is_loaded_from_its_own_file(monkeypatch, tmp_path):
+    monkeypatch.setattr(topn, "PRECOMPUTED", tmp_path)
+    for k, (file, _, _) in enumerate(topn.RESULTS.values()):
+        (tmp_path / file).write_text(json.dumps({"table": [], "marker": k}))
+    assert [topn.load_results(name)["marker"] for name in topn.RESULTS] == list(range(len(topn.RESULTS)))
