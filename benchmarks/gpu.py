@@ -11,7 +11,7 @@ shipped head is loaded on it, so the query side (C0 from BM25, the ρ prefix, th
 real one. ``FILE``: plain text (the Paul Graham essays), chunked for encoding and cut for TTFT.
 
 1. MaxSim (Eq. 4) over random fp16 keys ``(M, L_p, d)``: the Triton kernel (plain and normalised, one
-   query and a batch of 16) against fp16 einsum + max; GB/s of keys read and the ratio to the device
+   query and batches of 16 and 64) against fp16 einsum + max; GB/s of keys read and the ratio to the device
    copy bandwidth measured in the same run; the kernel's block sizes swept at the largest M ≤ 1M;
    kernel scores checked against the fp32 reference.
 2. Chunk encoding (Eq. 1), bf16: ``encode_chunks`` against the raw truncated forward and the
@@ -29,13 +29,13 @@ import cProfile
 import io
 import json
 import pstats
-import statistics
 import time
 from pathlib import Path
 
 import torch
 from encode import measure as measure_encoding
 from encode import report as report_encoding
+from maxsim import cuda_time
 from ttft_breakeven import measure as measure_ttft
 
 from unreal_demo.core.backbone import random_backbone
@@ -48,21 +48,6 @@ from unreal_demo.pipeline import Explorer
 HEAD = Path("precomputed/heads/smollm2-135m-mix/head.json")
 
 
-def cuda_time(fn, reps: int = 10) -> float:
-    """Median seconds of ``fn`` over ``reps`` runs after one warm-up, timed with CUDA events."""
-    fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) / 1e3)
-    return statistics.median(times)
-
-
 def copy_bandwidth() -> float:
     """Device-to-device copy, GB/s counting bytes read and written."""
     src = torch.empty(2 * 1024**3, dtype=torch.uint8, device="cuda")
@@ -71,7 +56,7 @@ def copy_bandwidth() -> float:
 
 
 def random_keys(m: int, lp: int, d: int) -> torch.Tensor:
-    """``(M, L_p, d)`` fp16 on the GPU, filled in slices (no fp32 copy of a 10M-chunk array)."""
+    """``(M, L_p, d)`` fp16 on the GPU, filled in slices of 1M chunks (no fp32 copy of the whole array)."""
     k = torch.empty(m, lp, d, dtype=torch.float16, device="cuda")
     for s in range(0, m, 1_000_000):
         k[s : s + 1_000_000] = torch.randn(min(1_000_000, m - s), lp, d, device="cuda", dtype=torch.float16)
@@ -81,6 +66,7 @@ def random_keys(m: int, lp: int, d: int) -> torch.Tensor:
 def maxsim_rows(sizes: list[int], lp: int, d: int, g: int, copy_gbs: float) -> tuple[list[dict], list[dict]]:
     """Section 1: one row per (M, batch); the block sweep at the largest M ≤ 1M."""
     rows, sweep = [], []
+    sweep_at = max((x for x in sizes if x <= 1_000_000), default=None)
     for m in sizes:
         k = random_keys(m, lp, d)
         inv = inverse_norms(k)  # (M, L_p)
@@ -107,7 +93,7 @@ def maxsim_rows(sizes: list[int], lp: int, d: int, g: int, copy_gbs: float) -> t
                   f"{row['triton_normalised_s'] * 1e3:8.3f} ms, einsum "
                   + (f"{row['einsum_fp16_s'] * 1e3:8.3f} ms" if "einsum_fp16_s" in row else "   (skipped)")
                   + f", max |err| {err:.1e}", flush=True)
-        if m == max(x for x in sizes if x <= 1_000_000):
+        if m == sweep_at:
             q = torch.nn.functional.normalize(torch.randn(1, g, d, device="cuda"), dim=-1)
             for bm in (32, 64, 128, 256):
                 for bd in (32, 64, 128):
@@ -157,8 +143,8 @@ def main() -> None:
     profile.runcall(encode_chunks, backbone, chunks, ex.head.config.chunk_layer, 7, 256, 65536)
     stats = io.StringIO()
     pstats.Stats(profile, stream=stats).sort_stats("tottime").print_stats(12)
-    print(stats.getvalue()[-3500:])
     result["encoding_profile"] = stats.getvalue()[-3500:]
+    print(result["encoding_profile"])
     Path(args.out).write_text(json.dumps(result, indent=2))
 
     ex.rank([text[:20000]], "What is this about?", args.n, "unreal")  # compile and warm every kernel once

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import time
 from pathlib import Path
 
@@ -31,19 +32,28 @@ def best_of(fn, reps: int = 3) -> float:
     return min(times)
 
 
+def cuda_time(fn, reps: int = 10) -> float:
+    """Median seconds of ``fn`` over ``reps`` runs after one warm-up, timed with CUDA events."""
+    fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / 1e3)
+    return statistics.median(times)
+
+
 def gpu_row(q: torch.Tensor, k: torch.Tensor) -> dict:
-    """Triton kernel vs fp16 einsum + max on the GPU (synchronised timings)."""
+    """Triton kernel vs fp16 einsum + max on the GPU (``benchmarks/gpu.py`` has the fuller GPU run)."""
     from unreal_demo.core.maxsim_triton import maxsim_scores
 
     qg, kg = q.cuda(), k.cuda()
-
-    def timed(fn) -> float:
-        fn()
-        torch.cuda.synchronize()
-        return best_of(lambda: (fn(), torch.cuda.synchronize()), reps=5)
-
-    kernel = timed(lambda: maxsim_scores(qg, kg))
-    einsum = timed(lambda: torch.einsum("bgd,mpd->bmgp", qg.half(), kg).amax(-1).sum(-1))
+    kernel = cuda_time(lambda: maxsim_scores(qg, kg))
+    einsum = cuda_time(lambda: torch.einsum("bgd,mpd->bmgp", qg.half(), kg).amax(-1).sum(-1))
     return {"gpu": torch.cuda.get_device_name(), "triton_s": kernel, "gpu_einsum_fp16_s": einsum,
             "triton_GBps": k.numel() * 2 / kernel / 1e9, "triton_speedup_vs_einsum": einsum / kernel}
 

@@ -228,6 +228,11 @@ def _load(name: str, dev: torch.device, dt: torch.dtype, trust_remote_code: bool
     except (OSError, ValueError, KeyError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise BackboneError(f"cannot load model {name!r}: {first}") from None
+    return _frozen(model, tokenizer, name, revision, dev)
+
+
+def _frozen(model: nn.Module, tokenizer, name: str, revision: str, dev: torch.device) -> Backbone:
+    """The model on ``dev``, frozen, with a pad token, as a :class:`Backbone` whose blocks were found."""
     model.to(dev).eval().requires_grad_(False)
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
@@ -262,10 +267,7 @@ def random_backbone(folder: str | Path, device: str | None = None, dtype: str | 
         raise BackboneError(f"cannot read a config and tokenizer from {folder}: {str(exc).splitlines()[0]}") from None
     config._attn_implementation = "sdpa"
     torch.manual_seed(seed)
-    model = AutoModelForCausalLM.from_config(config, dtype=dt).to(dev).eval().requires_grad_(False)
-    if tokenizer.pad_token_id is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    return Backbone(model=model, tokenizer=tokenizer, name=str(folder), revision=f"random:{seed}")
+    return _frozen(AutoModelForCausalLM.from_config(config, dtype=dt), tokenizer, str(folder), f"random:{seed}", dev)
 
 
 def _in_hf_cache(name: str) -> bool:

@@ -52,6 +52,7 @@ def _maxsim_kernel(q_ptr, k_ptr, n_ptr, out_ptr, M, B, G, D,
     for j in tl.static_range(QB):  # each query's score: the sum of its G columns
         score = tl.sum(tl.where((local == j)[None, :], best, 0.0), axis=1)  # (BLOCK_M,)
         b = pid_q * QB + j
+        # the query test is broadcast over rows: Triton's interpreter refuses a scalar term in a store mask
         tl.store(out_ptr + b * stride_ob + rows, score, mask=(rows < M) & (rows * 0 + b < B))
 
 
