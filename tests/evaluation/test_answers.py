@@ -35,6 +35,30 @@ def test_a_shipped_file_answers_without_generating(tmp_path, monkeypatch):
     assert other_machine.get(_Backbone(), [1, 2]) == "Paris" and len(calls) == 2  # answered from the file
 
 
+def test_each_answer_keeps_its_generation_cpu_time(tmp_path, monkeypatch):
+    def slow_stream(backbone, ids, n, first_sentence_only=False):
+        sum(i * i for i in range(200_000))  # some CPU work inside the timed generation
+        yield Generation(text="Paris", tokens=1)
+
+    monkeypatch.setattr(ans, "stream_answer", slow_stream)
+    cache = ans.AnswerCache(tmp_path / "answers.jsonl", tmp_path / "s.jsonl.gz")
+    assert cache.cost(_Backbone(), [1]) is None  # not cached yet
+    cache.get(_Backbone(), [1])
+    spent = cache.cost(_Backbone(), [1])
+    assert spent is not None and spent > 0
+    cache.export()
+    local = ans.AnswerCache(tmp_path / "answers.jsonl")
+    shipped = ans.AnswerCache(tmp_path / "o.jsonl", tmp_path / "s.jsonl.gz")
+    for reread in (local, shipped):
+        assert reread.cost(_Backbone(), [1]) == spent  # from the local file and from the shipped one
+
+
+def test_answers_from_before_timing_have_no_cost(tmp_path):
+    (tmp_path / "answers.jsonl").write_text('{"key": "a", "answer": "1"}\n{"key": "b", "answer": "2", "cpu_s": 1.5}\n')
+    cache = ans.AnswerCache(tmp_path / "answers.jsonl")
+    assert cache.known == {"a": "1", "b": "2"} and cache.cpu == {"b": 1.5}
+
+
 def test_export_is_reproducible(tmp_path):
     a = ans.AnswerCache(tmp_path / "x.jsonl", tmp_path / "s.jsonl.gz")
     a.known = {"b": "2", "a": "1"}

@@ -1,9 +1,10 @@
 """Greedy answers (Eq. 7) cached on disk by prompt, so a stopped evaluation resumes without re-answering.
 
 Answers depend only on the model revision (and dtype) and the prompt's token ids, so the cache is valid on
-any machine: each benchmark's answers are also kept in the repository as a gzipped JSON-lines
-file under ``precomputed/answers/`` (:meth:`AnswerCache.export`), read before the local cache,
-so a run stopped on one machine continues on another without answering anything twice.
+any machine; each answer keeps the process CPU seconds its generation took (``cpu_s``), so a benchmark
+resumed from the cache still reports what its answers cost. Each benchmark's answers are also kept in the
+repository as a gzipped JSON-lines file under ``precomputed/answers/`` (:meth:`AnswerCache.export`), read
+before the local cache, so a run stopped on one machine continues on another without answering anything twice.
 
 Example
 -------
@@ -23,6 +24,7 @@ import gzip
 import hashlib
 import json
 import os
+import time
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
@@ -34,27 +36,34 @@ from ..settings import PRECOMPUTED, in_precomputed
 EXPORT_EVERY = 50  # new answers between two exports of a run that keeps its answers in the repository
 
 
-def _read_shipped(path: Path) -> dict[str, str]:
-    """The answers of a shipped file; none (with a warning) if it is missing or damaged."""
+def _read_shipped(path: Path) -> tuple[dict[str, str], dict[str, float]]:
+    """The answers (and their CPU seconds) of a shipped file; none (with a warning) if it is missing or damaged."""
     if not path.exists():
-        return {}
+        return {}, {}
     try:
         with gzip.open(path, "rt", encoding="utf-8") as f:
             return _rows(f.read().splitlines())
     except (OSError, EOFError, UnicodeDecodeError) as exc:
         warnings.warn(f"{path.name} is damaged ({exc}); its answers are not used", stacklevel=3)
-        return {}
+        return {}, {}
 
 
-def _rows(lines: list[str]) -> dict[str, str]:
-    out = {}
+def _rows(lines: list[str]) -> tuple[dict[str, str], dict[str, float]]:
+    """Answers by key, and the CPU seconds of those whose generation was timed (rows since ``cpu_s`` was added)."""
+    out, cpu = {}, {}
     for line in lines:
         try:
             row = json.loads(line)
         except json.JSONDecodeError:  # a line cut by a killed run
             continue
         out[row["key"]] = row["answer"]
-    return out
+        if "cpu_s" in row:
+            cpu[row["key"]] = row["cpu_s"]
+    return out, cpu
+
+
+def _line(key: str, answer: str, cpu: float | None) -> str:
+    return json.dumps({"key": key, "answer": answer} | ({} if cpu is None else {"cpu_s": cpu})) + "\n"
 
 
 class AnswerCache:
@@ -74,10 +83,11 @@ class AnswerCache:
         self.path, self.shipped, self.export_every, self.fresh = path, shipped, export_every, 0
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.known: dict[str, str] = {}
-        if shipped is not None:
-            self.known |= _read_shipped(shipped)
-        if path.exists():
-            self.known |= _rows(path.read_text(encoding="utf-8").splitlines())
+        self.cpu: dict[str, float] = {}  # process CPU seconds of the generation behind an answer, where timed
+        for known, cpu in ([_read_shipped(shipped)] if shipped is not None else []) + (
+                [_rows(path.read_text(encoding="utf-8").splitlines())] if path.exists() else []):
+            self.known |= known
+            self.cpu |= cpu
 
     @staticmethod
     def key(backbone, ids: list[int], rule: AnswerRule | None = None) -> str:
@@ -106,22 +116,31 @@ class AnswerCache:
                 plain = self.key(backbone, ids, AnswerRule(r.budget, first_sentence=False))
                 if plain in self.known:
                     self.known[keys[r]] = r.cut(self.known[plain])
+                    if plain in self.cpu:
+                        self.cpu[keys[r]] = self.cpu[plain]
         missing = [r for r, k in keys.items() if k not in self.known]
         if missing:
             budgets, at, last = {r.budget for r in missing}, {}, ""
             stop = all(r.first_sentence for r in missing)
+            c0 = time.process_time()
             for gen in stream_answer(backbone, ids, max(budgets), first_sentence_only=stop):
                 last = gen.text
                 if gen.tokens in budgets and gen.tokens not in at:
                     at[gen.tokens] = gen.text
+            cpu = round(time.process_time() - c0, 3)  # one generation serves every rule asked for
             rows = {keys[r]: r.cut(at.get(r.budget, last)) for r in missing}
             self.known |= rows
+            self.cpu |= dict.fromkeys(rows, cpu)
             with self.path.open("a", encoding="utf-8") as f:
-                f.write("".join(json.dumps({"key": k, "answer": a}) + "\n" for k, a in rows.items()))
+                f.write("".join(_line(k, a, cpu) for k, a in rows.items()))
             self.fresh += 1
             if self.export_every and self.fresh >= self.export_every:
                 self.export()
         return {r: self.known[k] for r, k in keys.items()}
+
+    def cost(self, backbone, ids: list[int], rule: AnswerRule | None = None) -> float | None:
+        """CPU seconds the cached answer to ``ids`` under ``rule`` took to generate (None: not timed or not cached)."""
+        return self.cpu.get(self.key(backbone, ids, rule))
 
     def export(self) -> int:
         """Write every known answer to :attr:`shipped` (sorted, gzipped, reproducible); the count written.
@@ -131,11 +150,11 @@ class AnswerCache:
         if self.shipped is None:
             raise ValueError("this cache has no shipped file to export to")
         self.shipped.parent.mkdir(parents=True, exist_ok=True)
-        self.known = _read_shipped(self.shipped) | self.known
+        known, cpu = _read_shipped(self.shipped)
+        self.known, self.cpu = known | self.known, cpu | self.cpu
         tmp = self.shipped.with_name(f"{self.shipped.name}.{os.getpid()}.tmp")
         with open(tmp, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as f:
-            f.write("".join(json.dumps({"key": k, "answer": self.known[k]}) + "\n"
-                            for k in sorted(self.known)).encode())
+            f.write("".join(_line(k, self.known[k], self.cpu.get(k)) for k in sorted(self.known)).encode())
         tmp.replace(self.shipped)
         self.fresh = 0
         return len(self.known)
