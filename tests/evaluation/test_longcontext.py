@@ -6,14 +6,15 @@ import pytest
 import torch
 
 from unreal_demo.core.chunking import tokenizer_counters
-from unreal_demo.core.generation import AnswerRule
+from unreal_demo.core.generation import AnswerRule, prompt_ids
 from unreal_demo.core.head import untrained_head
 from unreal_demo.evaluation import answers
 from unreal_demo.evaluation import longcontext_run as longcontext_eval
 from unreal_demo.evaluation.longcontext import Builder, Item, build_pool, gold_chunks, parse_lengths, split_passages
-from unreal_demo.evaluation.longcontext_run import ContextEncoder, markdown, run_longcontext, summarize
+from unreal_demo.evaluation.longcontext_run import ContextEncoder, check_methods, markdown, run_longcontext, summarize
 from unreal_demo.evaluation.metrics import contained, exact_match, f1, normalize_answer
 from unreal_demo.pipeline import Explorer
+from unreal_demo.retrieval.registry import RetrievalError
 
 
 def words(texts):
@@ -197,13 +198,42 @@ class TestRun:
         assert text.count("- UNREAL at") == 2 and text.count("- BM25 at") == 2  # one caption per curve
 
 
+    def test_bounds_answer_once_for_every_length(self, explorer, monkeypatch, tmp_path):
+        monkeypatch.setenv("UNREAL_CACHE", str(tmp_path))
+        monkeypatch.setattr(answers, "ANSWER_RULE", AnswerRule(2))
+        monkeypatch.setattr(longcontext_eval, "ANSWER_RULE", AnswerRule(2))
+        count, offsets = tokenizer_counters(explorer.backbone.tokenizer)
+        items = [Item("0", "What is secret 0?", ("1000",), GOLDS[0], 0.5)]
+        b = Builder(items, build_pool(POOL_TEXTS, GOLDS, 0), count, offsets)
+        generated, real = [], answers.stream_answer
+
+        def counted(bb, ids, *a, **k):
+            generated.append(ids)
+            return real(bb, ids, *a, **k)
+
+        monkeypatch.setattr(answers, "stream_answer", counted)
+        out = run_longcontext(explorer, b, [300, 900], [1], ("bm25", "none", "oracle"))
+        bounds = {(r["method"], r["length"]): r for r in out["rows"] if r["method"] in ("none", "oracle")}
+        assert set(bounds) == {(m, x) for m in ("none", "oracle") for x in (300, 900)}
+        assert bounds["oracle", 300]["recall"] == 1.0 and bounds["none", 300]["recall"] == 0.0
+        assert bounds["oracle", 300]["answer"] == bounds["oracle", 900]["answer"]
+        assert len(generated) == len({tuple(g) for g in generated})  # each prompt answered once, whatever the length
+        gold_ids = prompt_ids(explorer.backbone, [GOLDS[0]], items[0].question)
+        assert gold_ids in generated and prompt_ids(explorer.backbone, [], items[0].question) in generated
+        assert "Bound, the gold paragraph alone (1 questions)" in markdown(out["table"])
+        with pytest.raises(RetrievalError):
+            check_methods(["bm25", "gold"])
+
+
 def test_plots_draw_both_methods_and_full_context():
     from unreal_demo.ui.plots import length_curve, topn_curve
 
     table = [{"method": m, "length": 2000, "n": n, "f1": [0.1 * n, 0, 1], "recall": 0.2 * n}
              for m in ("unreal", "bm25") for n in (1, 2, 3)]
     table.append({"method": "full", "length": 2000, "n": None, "f1": [0.25, 0, 1], "recall": 1.0})
+    table.append({"method": "oracle", "length": 2000, "n": None, "f1": [0.4, 0.3, 0.5], "recall": 1.0})
     fig = topn_curve(table, 2000, "f1")
+    assert [(s.y0, s.line.dash) for s in fig.layout.shapes] == [(0.25, "dash"), (0.4, "dashdot")]
     assert [t.name for t in fig.data] == ["UNREAL 95% interval", "UNREAL f1 (band: 95% interval)",
                                           "UNREAL evidence recall@n", "BM25 95% interval",
                                           "BM25 f1 (band: 95% interval)", "BM25 evidence recall@n"]

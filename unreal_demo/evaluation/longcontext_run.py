@@ -3,7 +3,9 @@
 For each question and length (:mod:`unreal_demo.longcontext`), every chunk is scored once
 per method; the top-n chunks for each n go, in document order, into the same prompt
 template (Eq. 7) and the frozen LLM answers greedily. Full context answers from every
-chunk where the prompt fits the model window and is reported as "does not fit" beyond.
+chunk where the prompt fits the model window and is reported as "does not fit" beyond. Two bounds, as in
+the QA table, can be asked for as methods: ``none`` (the question alone) and ``oracle`` (the gold
+paragraph alone); they do not depend on the length, so their answers come from the cache after the first.
 Pool chunks are encoded once for all questions and lengths, in fixed blocks cached on
 disk; answers are cached by prompt, so sweeping n, adding a method or resuming a killed
 run recomputes nothing already answered.
@@ -25,6 +27,7 @@ from ..retrieval.registry import METHODS, MemoryStore, all_scores, check
 from .answers import AnswerCache, answer_cache, keeps
 from .longcontext import Builder, Context, gold_chunks, label
 from .metrics import contained, exact_match, f1
+from .qa import BOUNDS
 from .results import write_result
 from .retrieval import mean_ci, wilson
 
@@ -117,7 +120,7 @@ def run_longcontext(explorer, builder: Builder, lengths: Sequence[int], ns: Sequ
 
     ``on_length`` receives the result so far each time a length is complete (all its questions), so a
     long run can be written as it goes. ``cpu_seconds`` gives each length's process CPU time."""
-    methods = check(methods, "document")
+    methods = check_methods(methods)
     backbone, head = explorer.backbone, explorer.head
     encoder = ContextEncoder(builder, backbone, head)
     answers = answers or answer_cache("longcontext")
@@ -135,14 +138,14 @@ def run_longcontext(explorer, builder: Builder, lengths: Sequence[int], ns: Sequ
             progress(j / len(jobs), f"{label(length)} tokens, question {builder.items.index(item) + 1}")
         ctx = builder.context(item, length)
         t0 = time.perf_counter()
-        needs_keys = any(METHODS[m].model for m in methods)
+        needs_keys = any(METHODS[m].model for m in methods if m in METHODS)
         texts, doc_of, keys = encoder.keys(ctx) if needs_keys else (*builder.chunked(ctx), None)
         t1 = time.perf_counter()
         gold = gold_chunks(texts, doc_of, ctx.gold_doc, item.answers)
         store = MemoryStore(texts, keys)
         rankings, spent = {}, {}
         for method in methods:
-            if method != "full":
+            if method not in ("full", *BOUNDS):
                 r0 = time.process_time()
                 rankings[method] = all_scores(store, explorer, [item.question], method)[1][0]  # (M,)
                 spent[method] = round(time.process_time() - r0, 3)
@@ -156,6 +159,10 @@ def run_longcontext(explorer, builder: Builder, lengths: Sequence[int], ns: Sequ
         if "full" in methods:
             rows.append(base | {"method": "full", "n": None}
                         | _answer(backbone, answers, item, texts, list(range(len(texts))), gold))
+        for bound in (m for m in methods if m in BOUNDS):  # the gold paragraph alone, or nothing
+            passages = [item.gold] if bound == "oracle" else []
+            rows.append(base | {"method": bound, "n": None}
+                        | _answer(backbone, answers, item, passages, list(range(len(passages))), {0}))
         seconds["encode"] += t1 - t0
         seconds["retrieval"] += t2 - t1
         seconds["generate"] += time.perf_counter() - t2
@@ -165,6 +172,13 @@ def run_longcontext(explorer, builder: Builder, lengths: Sequence[int], ns: Sequ
     if progress is not None:
         progress(1.0, "done")
     return so_far()
+
+
+def check_methods(methods: Sequence[str]) -> list[str]:
+    """Canonical names: document-scope retrievers and ``full`` (:func:`registry.check`), and the two bounds."""
+    bounds = [m.strip() for m in methods if m.strip() in BOUNDS]
+    rest = [m for m in methods if m.strip() not in BOUNDS]
+    return (check(rest, "document") if rest else []) + bounds
 
 
 def _answer(backbone, answers: AnswerCache, item, texts: list[str], chosen: list[int], gold: set[int]) -> dict:
@@ -239,6 +253,12 @@ def markdown(table: list[dict]) -> str:
         row.append(f" {full['f1'][0]:.3f} / {full['em']:.3f} |" if full and "f1" in full
                    else " does not fit |" if full else " not run |")
         lines.append("".join(row))
+    for bound, name in (("none", "the question alone"), ("oracle", "the gold paragraph alone")):
+        row = next((r for r in table if r["method"] == bound and "f1" in r), None)
+        if row:
+            lines += ["", f"Bound, {name} ({row['questions']} questions): F1 {row['f1'][0]:.3f} "
+                      f"({row['f1'][1]:.3f}–{row['f1'][2]:.3f}), EM {row['em']:.3f}, contained {row['contained']:.3f} "
+                      f"({row['contained_ci'][0]:.3f}–{row['contained_ci'][1]:.3f})."]
     if any("answer_cpu_s" in r for r in table):
         lines += ["", "CPU seconds per question on one core: selection (scoring every chunk), then answering at each n "
                   "(mean over the answers timed; the count where not all were):", "",

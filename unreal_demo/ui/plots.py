@@ -211,10 +211,11 @@ def topn_curve(table: Sequence[dict], length: int, metric: str = "f1") -> go.Fig
                         name=f"{name} {metric} (band: 95% interval)", line={"color": colour})
         fig.add_scatter(x=[r["n"] for r in rows], y=[r["recall"] for r in rows], mode="lines", yaxis="y2",
                         name=f"{name} evidence recall@n", line={"color": colour, "dash": "dot"})
-    full = [r for r in table if r["method"] == "full" and r["length"] == length and metric in r]
-    if full:
-        fig.add_hline(y=_metric(full[0], metric), line_dash="dash", line_color=MUTED,
-                      annotation_text="full context")
+    for method, text in (("full", "full context"), ("none", "question alone"), ("oracle", "gold paragraph alone")):
+        flat = [r for r in table if r["method"] == method and r["length"] == length and metric in r]
+        if flat:
+            fig.add_hline(y=_metric(flat[0], metric), line_dash="dash" if method == "full" else "dashdot",
+                          line_color=MUTED, annotation_text=text)
     return fig.update_layout(
         title=f"Answer {metric} against n at {length:,} tokens", xaxis_title="n (chunks selected)",
         xaxis_type="log", yaxis_title=metric, yaxis2={"title": "evidence recall@n", "overlaying": "y",
