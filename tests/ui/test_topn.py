@@ -21,3 +21,13 @@ def test_a_present_run_is_loaded_from_its_own_file(monkeypatch, tmp_path):
     for k, (file, _, _) in enumerate(topn.RESULTS.values()):
         (tmp_path / file).write_text(json.dumps({"table": [], "marker": k}))
     assert [topn.load_results(name)["marker"] for name in topn.RESULTS] == list(range(len(topn.RESULTS)))
+
+
+def test_the_cells_table_shows_what_each_cell_cost():
+    row = {"method": "unreal", "label": "8K", "n": 5, "questions": 60, "fits": True, "em": 0.1,
+           "f1": [0.2, 0.1, 0.3], "contained": 0.3, "recall": 0.9, "prompt_tokens": 700, "answer_cpu_s": 6.5,
+           "timed": 60, "retrieval_cpu_s": 0.4}
+    bound = {"method": "oracle", "label": "8K", "n": None, "questions": 60, "fits": True}
+    frame = topn.summary_frame([row, bound, bound | {"method": "full"}])
+    assert frame.loc[0, "CPU s / answer"] == 6.5 and frame.loc[0, "selection CPU s"] == 0.4
+    assert list(frame["n"]) == [5, "—", "all"]  # a bound selects nothing; full context takes every chunk

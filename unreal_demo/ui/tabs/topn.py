@@ -49,10 +49,15 @@ def describe_result(result: dict | None, name: str, loader: Loading) -> str:
 
 
 def summary_frame(table: list[dict]) -> pd.DataFrame:
-    rows = [{"method": r["method"], "length": r["label"], "n": r["n"] if r["n"] is not None else "all",
+    """Every cell of a result, one row each (full context takes "all" chunks; a bound selects none)."""
+    def n(r: dict) -> int | str:
+        return r["n"] if r["n"] is not None else "all" if r["method"] == "full" else "—"
+
+    rows = [{"method": r["method"], "length": r["label"], "n": n(r),
              "questions": r["questions"], "EM": r.get("em"), "F1": r["f1"][0] if "f1" in r else None,
              "contained": r.get("contained"), "evidence recall": r.get("recall"),
-             "prompt tokens": r.get("prompt_tokens"), "fits window": r["fits"]} for r in table]
+             "prompt tokens": r.get("prompt_tokens"), "fits window": r["fits"],
+             "CPU s / answer": r.get("answer_cpu_s"), "selection CPU s": r.get("retrieval_cpu_s")} for r in table]
     return pd.DataFrame(rows)
 
 
