@@ -191,6 +191,7 @@ def _answer(backbone, answers: AnswerCache, item, texts: list[str], chosen: list
                      "f1": f1(text, item.answers), "contained": contained(text, item.answers),
                      "answer_cpu_s": answers.cost(backbone, ids)}
 
+
 def _value(row: dict, metric: str) -> tuple[float, float, float]:
     """``(mean, low, high)`` of ``metric`` ("f1", "em" or "contained") in a summary row."""
     if metric == "f1":
