@@ -272,7 +272,7 @@ def markdown(table: list[dict]) -> str:
                     continue
                 sel = next((v["retrieval_cpu_s"] for v in vals if v and "retrieval_cpu_s" in v), None)
                 full = cell.get(("full", length, None))
-                lines.append(f"| {method} | {label(length)} | {'–' if sel is None else f'{sel:.2f}'} | "
+                lines.append(f"| {method} | {label(length)} | {'–' if sel is None else f'{sel:.3f}'} | "
                              + " | ".join(_cpu(v) for v in [*vals, full]) + " |")
     captions = [describe_peak(table, m, x) for m in ("unreal", "bm25") for x in lengths
                 if sum(1 for r in table if r["method"] == m and r["length"] == x and "f1" in r) > 1]
