@@ -11,7 +11,8 @@ from unreal_demo.core.head import untrained_head
 from unreal_demo.evaluation import answers
 from unreal_demo.evaluation import longcontext_run as longcontext_eval
 from unreal_demo.evaluation.longcontext import Builder, Item, build_pool, gold_chunks, parse_lengths, split_passages
-from unreal_demo.evaluation.longcontext_run import ContextEncoder, check_methods, markdown, run_longcontext, summarize
+from unreal_demo.evaluation.longcontext_report import markdown
+from unreal_demo.evaluation.longcontext_run import ContextEncoder, check_methods, run_longcontext, summarize
 from unreal_demo.evaluation.metrics import contained, exact_match, f1, normalize_answer
 from unreal_demo.pipeline import Explorer
 from unreal_demo.retrieval.registry import RetrievalError
@@ -242,6 +243,20 @@ def test_plots_draw_both_methods_and_full_context():
     assert [list(t.y) for t in best.data] == [[pytest.approx(0.3)], [pytest.approx(0.3)], [0.25]]
 
 
+def test_summary_splits_f1_by_whether_the_gold_was_selected():
+    rows = [{"method": "unreal", "length": 8000, "n": 1, "fits": True, "em": 0.0, "contained": 0.0,
+             "prompt_tokens": 100, "recall": rec, "f1": f} for rec, f in ((1.0, 0.6), (1.0, 0.2), (0.0, 0.1))]
+    (cell,) = summarize(rows)
+    assert cell["f1_hit"] == pytest.approx(0.4) and cell["f1_miss"] == pytest.approx(0.1)
+    mixed = cell["recall"] * cell["f1_hit"] + (1 - cell["recall"]) * cell["f1_miss"]
+    assert mixed == pytest.approx(cell["f1"][0], abs=1e-3)  # the fields are rounded
+    (all_hit,) = summarize([r | {"recall": 1.0} for r in rows])
+    assert all_hit["f1_miss"] is None
+    text = markdown(summarize(rows + [r | {"n": 3} for r in rows]))
+    assert "| unreal | 8K | 0.40 / 0.10 | 0.40 / 0.10 |" in text
+    assert "F1 where the gold chunk was selected goes from 0.400 to 0.400" in text
+
+
 class TestDescribePeak:
     @staticmethod
     def cell(n, f1, half, recall):
@@ -249,7 +264,7 @@ class TestDescribePeak:
                 "em": f1, "em_ci": (f1 - half, f1 + half), "recall": recall, "label": "8K"}
 
     def test_an_inverted_u_only_beyond_the_intervals(self):
-        from unreal_demo.evaluation.longcontext_run import describe_peak
+        from unreal_demo.evaluation.longcontext_report import describe_peak
 
         table = [self.cell(1, 0.10, 0.03, 0.5), self.cell(5, 0.30, 0.03, 0.8), self.cell(20, 0.12, 0.03, 0.95)]
         text = describe_peak(table, "unreal", 8000)
@@ -258,7 +273,7 @@ class TestDescribePeak:
         assert "no peak within the 95% intervals" in describe_peak(wide, "unreal", 8000)
 
     def test_a_monotone_curve_has_no_peak(self):
-        from unreal_demo.evaluation.longcontext_run import describe_peak
+        from unreal_demo.evaluation.longcontext_report import describe_peak
 
         table = [self.cell(1, 0.30, 0.01, 0.5), self.cell(5, 0.20, 0.01, 0.8), self.cell(20, 0.10, 0.01, 0.9)]
         text = describe_peak(table, "unreal", 8000, "em")

@@ -26,6 +26,7 @@ from ..core.selection import select_top_n
 from ..retrieval.registry import METHODS, MemoryStore, all_scores, check
 from .answers import AnswerCache, answer_cache, keeps
 from .longcontext import Builder, Context, gold_chunks, label
+from .longcontext_report import markdown
 from .metrics import contained, exact_match, f1
 from .qa import BOUNDS
 from .results import write_result
@@ -103,6 +104,9 @@ def summarize(rows: list[dict]) -> list[dict]:
                     "contained_ci": wilson(statistics.fmean(r["contained"] for r in fit), len(fit)),
                     "recall": round(statistics.fmean(r["recall"] for r in fit), 4),
                     "prompt_tokens": round(statistics.fmean(r["prompt_tokens"] for r in fit))}
+            for part, keep in (("hit", 1.0), ("miss", 0.0)):  # accuracy = recall·F1|hit + (1 − recall)·F1|miss
+                some = [r["f1"] for r in fit if r["recall"] == keep]
+                row[f"f1_{part}"] = round(statistics.fmean(some), 4) if some else None
         timed = [r["answer_cpu_s"] for r in fit if r.get("answer_cpu_s") is not None]
         if timed:  # CPU per answer, from the answer cache (answers made before timing was kept have none)
             row |= {"answer_cpu_s": round(statistics.fmean(timed), 2), "timed": len(timed)}
@@ -190,104 +194,6 @@ def _answer(backbone, answers: AnswerCache, item, texts: list[str], chosen: list
     return record | {"fits": True, "answer": text, "em": exact_match(text, item.answers),
                      "f1": f1(text, item.answers), "contained": contained(text, item.answers),
                      "answer_cpu_s": answers.cost(backbone, ids)}
-
-
-def _value(row: dict, metric: str) -> tuple[float, float, float]:
-    """``(mean, low, high)`` of ``metric`` ("f1", "em" or "contained") in a summary row."""
-    if metric == "f1":
-        return tuple(row["f1"])
-    low, high = row.get(f"{metric}_ci", (row[metric], row[metric]))
-    return row[metric], low, high
-
-
-def describe_peak(table: list[dict], method: str, length: int, metric: str = "f1") -> str:
-    """What the measured curve of ``method`` at ``length`` shows, in one or two sentences (for captions).
-
-    An inverted U is claimed only when the best n's 95% interval lies above the intervals of both the
-    smallest and the largest n; otherwise the text says there is no peak within the intervals.
-    """
-    cells = sorted((r for r in table if r["method"] == method and r["length"] == length and r["n"] is not None
-                    and metric in r), key=lambda r: r["n"])
-    name = {"unreal": "UNREAL", "bm25": "BM25"}.get(method, method)
-    if len(cells) < 2:
-        return f"{name} at {label(length)}: fewer than two n values measured."
-    vals = [_value(r, metric) for r in cells]
-    best = max(range(len(cells)), key=lambda i: vals[i][0])
-    (m, lo, hi), first, last = vals[best], vals[0], vals[-1]
-    ends = f"n = {cells[0]['n']}: {first[1]:.3f}–{first[2]:.3f}; n = {cells[-1]['n']}: {last[1]:.3f}–{last[2]:.3f}"
-    if 0 < best < len(cells) - 1 and lo > first[2] and lo > last[2]:
-        shape = "an inverted U: the peak's interval lies above both ends'"
-    elif first[1] > last[2]:
-        shape = f"no peak: it falls from the smallest n, beyond the 95% intervals ({ends})"
-    elif last[1] > first[2]:
-        shape = f"no peak: it rises to the largest n, beyond the 95% intervals ({ends})"
-    else:
-        shape = "no peak within the 95% intervals"
-    return (f"{name} at {label(length)} ({cells[0]['questions']} questions per cell): {metric} is highest at "
-            f"n = {cells[best]['n']} ({m:.3f}, 95% CI {lo:.3f}–{hi:.3f}) against {first[0]:.3f} at n = "
-            f"{cells[0]['n']} and {last[0]:.3f} at n = {cells[-1]['n']}: {shape}. Evidence recall goes from "
-            f"{cells[0]['recall']:.2f} to {cells[-1]['recall']:.2f} over the same n.")
-
-
-def markdown(table: list[dict]) -> str:
-    """Two tables: accuracy and recall against n per length, and each method's best n per length."""
-    lengths = sorted({r["length"] for r in table})
-    ns = sorted({r["n"] for r in table if r["n"] is not None})
-    cell = {(r["method"], r["length"], r["n"]): r for r in table}
-    lines = ["| method | length | " + " | ".join(f"n={n}" for n in ns) + " |", "|---|---|" + "---|" * len(ns)]
-    for method in ("unreal", "bm25"):
-        for length in lengths:
-            vals = [cell.get((method, length, n)) for n in ns]
-            if not any(vals):
-                continue
-            lines.append(f"| {method} | {label(length)} | " + " | ".join(
-                f"{v['f1'][0]:.2f} ({v['recall']:.2f})" if v and "f1" in v else "–" for v in vals) + " |")
-    lines += ["", "| length | UNREAL best n: F1 / EM | BM25 best n: F1 / EM | full context: F1 / EM |",
-              "|---|---|---|---|"]
-    for length in lengths:
-        row = [f"| {label(length)} |"]
-        for method in ("unreal", "bm25"):
-            cands = [r for r in table if r["method"] == method and r["length"] == length and "f1" in r]
-            best = max(cands, key=lambda r: r["f1"][0], default=None)
-            row.append(f" {best['f1'][0]:.3f} / {best['em']:.3f} (n={best['n']}) |" if best else " – |")
-        full = cell.get(("full", length, None))
-        row.append(f" {full['f1'][0]:.3f} / {full['em']:.3f} |" if full and "f1" in full
-                   else " does not fit |" if full else " not run |")
-        lines.append("".join(row))
-    for bound, name in (("none", "the question alone"), ("oracle", "the gold paragraph alone")):
-        row = next((r for r in table if r["method"] == bound and "f1" in r), None)
-        if row:
-            lines += ["", f"Bound, {name} ({row['questions']} questions): F1 {row['f1'][0]:.3f} "
-                      f"({row['f1'][1]:.3f}–{row['f1'][2]:.3f}), EM {row['em']:.3f}, contained {row['contained']:.3f} "
-                      f"({row['contained_ci'][0]:.3f}–{row['contained_ci'][1]:.3f})."]
-    if any("answer_cpu_s" in r for r in table):
-        lines += ["", "CPU seconds per question on one core: selection (scoring every chunk), then answering at each n "
-                  "(mean over the answers timed; the count where not all were):", "",
-                  "| method | length | selection | " + " | ".join(f"n={n}" for n in ns) + " | full context |",
-                  "|---|---|---|" + "---|" * (len(ns) + 1)]
-        for method in ("unreal", "bm25"):
-            for length in lengths:
-                vals = [cell.get((method, length, n)) for n in ns]
-                if not any(vals):
-                    continue
-                sel = next((v["retrieval_cpu_s"] for v in vals if v and "retrieval_cpu_s" in v), None)
-                full = cell.get(("full", length, None))
-                lines.append(f"| {method} | {label(length)} | {'–' if sel is None else f'{sel:.3f}'} | "
-                             + " | ".join(_cpu(v) for v in [*vals, full]) + " |")
-    captions = [describe_peak(table, m, x) for m in ("unreal", "bm25") for x in lengths
-                if sum(1 for r in table if r["method"] == m and r["length"] == x and "f1" in r) > 1]
-    if captions:
-        lines += ["", "What the curves show (token F1, generated by `describe_peak`):", "",
-                  *(f"- {c}" for c in captions)]
-    return "\n".join(lines)
-
-
-def _cpu(row: dict | None) -> str:
-    """One CPU cell: mean seconds per answer, with the count timed where some answers were not."""
-    if not row or "answer_cpu_s" not in row:
-        return "–"
-    part = "" if row["timed"] == row["questions"] else f" ({row['timed']}/{row['questions']})"
-    return f"{row['answer_cpu_s']:.1f}{part}"
 
 
 def run_benchmark(explorer, sample: int, lengths: Sequence[int], ns: Sequence[int], methods: Sequence[str],

@@ -9,7 +9,7 @@ import pandas as pd
 
 from ...errors import UserError
 from ...evaluation.longcontext import DISTRACTORS, label
-from ...evaluation.longcontext_run import describe_peak
+from ...evaluation.longcontext_report import describe_peak
 from ...evaluation.results import head_mismatch, made_by
 from ...pipeline import Loading
 from ...settings import PRECOMPUTED

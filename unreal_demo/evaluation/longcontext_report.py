@@ -1,0 +1,126 @@
+"""What a long-context result shows: the tables, the CPU per cell and the captions, from its summary rows.
+
+:func:`describe_peak` states the shape of one curve from its 95% intervals (the Top-n tab's caption);
+:func:`markdown` prints every table of a result (``bench longcontext``, the README). Rows are those of
+:func:`longcontext_run.summarize`.
+"""
+
+from __future__ import annotations
+
+from .longcontext import label
+
+
+def _value(row: dict, metric: str) -> tuple[float, float, float]:
+    """``(mean, low, high)`` of ``metric`` ("f1", "em" or "contained") in a summary row."""
+    if metric == "f1":
+        return tuple(row["f1"])
+    low, high = row.get(f"{metric}_ci", (row[metric], row[metric]))
+    return row[metric], low, high
+
+
+def describe_peak(table: list[dict], method: str, length: int, metric: str = "f1") -> str:
+    """What the measured curve of ``method`` at ``length`` shows, in one or two sentences (for captions).
+
+    An inverted U is claimed only when the best n's 95% interval lies above the intervals of both the
+    smallest and the largest n; otherwise the text says there is no peak within the intervals.
+    """
+    cells = sorted((r for r in table if r["method"] == method and r["length"] == length and r["n"] is not None
+                    and metric in r), key=lambda r: r["n"])
+    name = {"unreal": "UNREAL", "bm25": "BM25"}.get(method, method)
+    if len(cells) < 2:
+        return f"{name} at {label(length)}: fewer than two n values measured."
+    vals = [_value(r, metric) for r in cells]
+    best = max(range(len(cells)), key=lambda i: vals[i][0])
+    (m, lo, hi), first, last = vals[best], vals[0], vals[-1]
+    ends = f"n = {cells[0]['n']}: {first[1]:.3f}–{first[2]:.3f}; n = {cells[-1]['n']}: {last[1]:.3f}–{last[2]:.3f}"
+    if 0 < best < len(cells) - 1 and lo > first[2] and lo > last[2]:
+        shape = "an inverted U: the peak's interval lies above both ends'"
+    elif first[1] > last[2]:
+        shape = f"no peak: it falls from the smallest n, beyond the 95% intervals ({ends})"
+    elif last[1] > first[2]:
+        shape = f"no peak: it rises to the largest n, beyond the 95% intervals ({ends})"
+    else:
+        shape = "no peak within the 95% intervals"
+    hits = "" if cells[0].get("f1_hit") is None or cells[-1].get("f1_hit") is None else (
+        f", while F1 where the gold chunk was selected goes from {cells[0]['f1_hit']:.3f} to {cells[-1]['f1_hit']:.3f}")
+    return (f"{name} at {label(length)} ({cells[0]['questions']} questions per cell): {metric} is highest at "
+            f"n = {cells[best]['n']} ({m:.3f}, 95% CI {lo:.3f}–{hi:.3f}) against {first[0]:.3f} at n = "
+            f"{cells[0]['n']} and {last[0]:.3f} at n = {cells[-1]['n']}: {shape}. Evidence recall goes from "
+            f"{cells[0]['recall']:.2f} to {cells[-1]['recall']:.2f} over the same n{hits}.")
+
+
+def markdown(table: list[dict]) -> str:
+    """Two tables: accuracy and recall against n per length, and each method's best n per length."""
+    lengths = sorted({r["length"] for r in table})
+    ns = sorted({r["n"] for r in table if r["n"] is not None})
+    cell = {(r["method"], r["length"], r["n"]): r for r in table}
+    lines = ["| method | length | " + " | ".join(f"n={n}" for n in ns) + " |", "|---|---|" + "---|" * len(ns)]
+    for method in ("unreal", "bm25"):
+        for length in lengths:
+            vals = [cell.get((method, length, n)) for n in ns]
+            if not any(vals):
+                continue
+            lines.append(f"| {method} | {label(length)} | " + " | ".join(
+                f"{v['f1'][0]:.2f} ({v['recall']:.2f})" if v and "f1" in v else "–" for v in vals) + " |")
+    lines += ["", "| length | UNREAL best n: F1 / EM | BM25 best n: F1 / EM | full context: F1 / EM |",
+              "|---|---|---|---|"]
+    for length in lengths:
+        row = [f"| {label(length)} |"]
+        for method in ("unreal", "bm25"):
+            cands = [r for r in table if r["method"] == method and r["length"] == length and "f1" in r]
+            best = max(cands, key=lambda r: r["f1"][0], default=None)
+            row.append(f" {best['f1'][0]:.3f} / {best['em']:.3f} (n={best['n']}) |" if best else " – |")
+        full = cell.get(("full", length, None))
+        row.append(f" {full['f1'][0]:.3f} / {full['em']:.3f} |" if full and "f1" in full
+                   else " does not fit |" if full else " not run |")
+        lines.append("".join(row))
+    for bound, name in (("none", "the question alone"), ("oracle", "the gold paragraph alone")):
+        row = next((r for r in table if r["method"] == bound and "f1" in r), None)
+        if row:
+            lines += ["", f"Bound, {name} ({row['questions']} questions): F1 {row['f1'][0]:.3f} "
+                      f"({row['f1'][1]:.3f}–{row['f1'][2]:.3f}), EM {row['em']:.3f}, contained {row['contained']:.3f} "
+                      f"({row['contained_ci'][0]:.3f}–{row['contained_ci'][1]:.3f})."]
+    if any("answer_cpu_s" in r for r in table):
+        lines += ["", "CPU seconds per question on one core: selection (scoring every chunk), then answering at each n "
+                  "(mean over the answers timed; the count where not all were):", "",
+                  "| method | length | selection | " + " | ".join(f"n={n}" for n in ns) + " | full context |",
+                  "|---|---|---|" + "---|" * (len(ns) + 1)]
+        for method in ("unreal", "bm25"):
+            for length in lengths:
+                vals = [cell.get((method, length, n)) for n in ns]
+                if not any(vals):
+                    continue
+                sel = next((v["retrieval_cpu_s"] for v in vals if v and "retrieval_cpu_s" in v), None)
+                full = cell.get(("full", length, None))
+                lines.append(f"| {method} | {label(length)} | {'–' if sel is None else f'{sel:.3f}'} | "
+                             + " | ".join(_cpu(v) for v in [*vals, full]) + " |")
+    if any(r.get("f1_hit") is not None for r in table):
+        lines += ["", "Why (the two effects behind the curve): token F1 where the gold chunk was among the n selected "
+                  "/ where it was not:", "", "| method | length | " + " | ".join(f"n={n}" for n in ns) + " |",
+                  "|---|---|" + "---|" * len(ns)]
+        for method in ("unreal", "bm25"):
+            for length in lengths:
+                vals = [cell.get((method, length, n)) for n in ns]
+                if any(vals):
+                    lines.append(f"| {method} | {label(length)} | " + " | ".join(_split(v) for v in vals) + " |")
+    captions = [describe_peak(table, m, x) for m in ("unreal", "bm25") for x in lengths
+                if sum(1 for r in table if r["method"] == m and r["length"] == x and "f1" in r) > 1]
+    if captions:
+        lines += ["", "What the curves show (token F1, generated by `describe_peak`):", "",
+                  *(f"- {c}" for c in captions)]
+    return "\n".join(lines)
+
+
+def _split(row: dict | None) -> str:
+    """F1 given the gold chunk selected / not selected (– where no question falls on that side)."""
+    if not row or "f1" not in row:
+        return "–"
+    return " / ".join("–" if row.get(k) is None else f"{row[k]:.2f}" for k in ("f1_hit", "f1_miss"))
+
+
+def _cpu(row: dict | None) -> str:
+    """One CPU cell: mean seconds per answer, with the count timed where some answers were not."""
+    if not row or "answer_cpu_s" not in row:
+        return "–"
+    part = "" if row["timed"] == row["questions"] else f" ({row['timed']}/{row['questions']})"
+    return f"{row['answer_cpu_s']:.1f}{part}"
