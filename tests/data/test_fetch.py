@@ -11,6 +11,7 @@ import hashlib
 import http.server
 import io
 import json
+import lzma
 import tarfile
 import threading
 from functools import partial
@@ -179,5 +180,8 @@ class TestShippedCopies:
         monkeypatch.setattr(data, "ASSETS", tmp_path)
         with pytest.raises(data.DataError, match="damaged"):
             data.fetch_sources(["new_wiki"])
-        assert not (tmp_path / "cache" / "data" / "new_wiki_v1.0.json").exists()
+        (tmp_path / "data" / "new_wiki_v1.0.json.xz").write_bytes(lzma.compress(b'{"data": []}'))  # valid xz
+        with pytest.raises(data.DataError, match="pinned SHA-256; restore it with `git checkout -- "):
+            data.fetch_sources(["new_wiki"])
+        assert not (tmp_path / "cache" / "data" / "new_wiki_v1.0.json").exists()  # nothing wrong left in the cache
         assert not list((tmp_path / "cache").rglob("*.part"))

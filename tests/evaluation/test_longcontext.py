@@ -221,9 +221,10 @@ class TestRun:
         assert len(generated) == len({tuple(g) for g in generated})  # each prompt answered once, whatever the length
         gold_ids = prompt_ids(explorer.backbone, [GOLDS[0]], items[0].question)
         assert gold_ids in generated and prompt_ids(explorer.backbone, [], items[0].question) in generated
-        assert "Bound, the gold paragraph alone (1 questions)" in markdown(out["table"])
+        assert "Bound, oracle (gold paragraph alone) (1 questions)" in markdown(out["table"])
         with pytest.raises(RetrievalError):
             check_methods(["bm25", "gold"])
+        assert check_methods(["none", "bm25", "none", ""]) == ["bm25", "none"]  # each once
 
 
 def test_plots_draw_both_methods_and_full_context():

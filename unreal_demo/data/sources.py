@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import lzma
+import os
 import shutil
 import tarfile
 import zipfile
@@ -27,7 +28,7 @@ from pathlib import Path
 
 from ..core.backbone import cache_dir
 from ..errors import UserError
-from ..settings import ASSETS
+from ..settings import ASSETS, display_path
 from .fetch import FetchError, Progress, download
 
 
@@ -205,18 +206,25 @@ def _extract(archive: Path, wanted: list[Source]) -> None:
         tmp[s.name].rename(s.path)
 
 
-def _decompress(copy: Path, path: Path) -> None:
-    """Write the shipped xz ``copy`` out to ``path`` (through a ``.part`` file, renamed once complete)."""
-    part = path.with_name(path.name + ".part")
+def _decompress(source: Source) -> None:
+    """Write the shipped xz copy of ``source`` out to its cache path, checked before it is renamed into place.
+
+    The ``.part`` file carries the process id, so two processes filling one fresh cache do not share it.
+    """
+    copy, path = source.copy, source.path
+    part = path.with_name(f"{path.name}.{os.getpid()}.part")
     part.parent.mkdir(parents=True, exist_ok=True)
+    restore = f"restore it with `git checkout -- {display_path(copy)}`"
     try:
         with lzma.open(copy) as src, part.open("wb") as dst:
             shutil.copyfileobj(src, dst, 1 << 20)
+        if sha256_file(part) != source.sha256:
+            raise DataError(f"{display_path(copy)} does not decompress to its pinned SHA-256; {restore}")
+        part.replace(path)
     except (lzma.LZMAError, EOFError) as exc:
+        raise DataError(f"{display_path(copy)} is damaged ({exc}); {restore}") from None
+    finally:
         part.unlink(missing_ok=True)
-        raise DataError(f"{copy} is damaged ({exc}); restore it from the repository (git checkout -- {copy.name})") \
-            from None
-    part.rename(path)
 
 
 def fetch_sources(names: Iterable[str], progress: Progress | None = None) -> dict[str, Path]:
@@ -233,7 +241,7 @@ def fetch_sources(names: Iterable[str], progress: Progress | None = None) -> dic
         if s.path.exists():
             continue
         if s.copy is not None:
-            _decompress(s.copy, s.path)
+            _decompress(s)
         else:
             by_archive.setdefault(s.filename, []).append(s)
     for group in by_archive.values():

@@ -139,7 +139,8 @@ class AnswerCache:
         return {r: self.known[k] for r, k in keys.items()}
 
     def cost(self, backbone, ids: list[int], rule: AnswerRule | None = None) -> float | None:
-        """CPU seconds the cached answer to ``ids`` under ``rule`` took to generate (None: not timed or not cached)."""
+        """CPU seconds of the generation behind the cached answer to ``ids`` under ``rule`` (None: not timed or not
+        cached); one generation serving several rules (:meth:`get_rules`) is charged in full to each."""
         return self.cpu.get(self.key(backbone, ids, rule))
 
     def export(self) -> int:

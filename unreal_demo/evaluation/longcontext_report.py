@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 from .longcontext import label
+from .qa import BOUNDS
 
 
 def _value(row: dict, metric: str) -> tuple[float, float, float]:
@@ -50,7 +51,8 @@ def describe_peak(table: list[dict], method: str, length: int, metric: str = "f1
 
 
 def markdown(table: list[dict]) -> str:
-    """Two tables: accuracy and recall against n per length, and each method's best n per length."""
+    """Every table of a result: F1 (recall) against n per length; each method's best n and full context per
+    length; the bounds; CPU per cell; F1 split by whether the gold chunk was selected; one caption per curve."""
     lengths = sorted({r["length"] for r in table})
     ns = sorted({r["n"] for r in table if r["n"] is not None})
     cell = {(r["method"], r["length"], r["n"]): r for r in table}
@@ -74,15 +76,16 @@ def markdown(table: list[dict]) -> str:
         row.append(f" {full['f1'][0]:.3f} / {full['em']:.3f} |" if full and "f1" in full
                    else " does not fit |" if full else " not run |")
         lines.append("".join(row))
-    for bound, name in (("none", "the question alone"), ("oracle", "the gold paragraph alone")):
+    for bound, name in BOUNDS.items():
         row = next((r for r in table if r["method"] == bound and "f1" in r), None)
         if row:
             lines += ["", f"Bound, {name} ({row['questions']} questions): F1 {row['f1'][0]:.3f} "
                       f"({row['f1'][1]:.3f}–{row['f1'][2]:.3f}), EM {row['em']:.3f}, contained {row['contained']:.3f} "
                       f"({row['contained_ci'][0]:.3f}–{row['contained_ci'][1]:.3f})."]
     if any("answer_cpu_s" in r for r in table):
-        lines += ["", "CPU seconds per question on one core: selection (scoring every chunk), then answering at each n "
-                  "(mean over the answers timed; the count where not all were):", "",
+        lines += ["", "Process CPU seconds (all threads; the benchmark runs with one) per question: selection (scoring "
+                  "every chunk, the chunk encoding excluded: it is cached and shared), then per answer at each n (mean "
+                  "over the answers timed; the count where not all were):", "",
                   "| method | length | selection | " + " | ".join(f"n={n}" for n in ns) + " | full context |",
                   "|---|---|---|" + "---|" * (len(ns) + 1)]
         for method in ("unreal", "bm25"):
@@ -122,5 +125,6 @@ def _cpu(row: dict | None) -> str:
     """One CPU cell: mean seconds per answer, with the count timed where some answers were not."""
     if not row or "answer_cpu_s" not in row:
         return "–"
-    part = "" if row["timed"] == row["questions"] else f" ({row['timed']}/{row['questions']})"
+    answered = row.get("answered", row["questions"])
+    part = "" if row["timed"] == answered else f" ({row['timed']}/{answered})"
     return f"{row['answer_cpu_s']:.1f}{part}"

@@ -109,9 +109,9 @@ def summarize(rows: list[dict]) -> list[dict]:
                 row[f"f1_{part}"] = round(statistics.fmean(some), 4) if some else None
         timed = [r["answer_cpu_s"] for r in fit if r.get("answer_cpu_s") is not None]
         if timed:  # CPU per answer, from the answer cache (answers made before timing was kept have none)
-            row |= {"answer_cpu_s": round(statistics.fmean(timed), 2), "timed": len(timed)}
-        if any("retrieval_cpu_s" in r for r in rs):
-            row["retrieval_cpu_s"] = round(statistics.fmean(r.get("retrieval_cpu_s", 0.0) for r in rs), 3)
+            row |= {"answer_cpu_s": round(statistics.fmean(timed), 2), "timed": len(timed), "answered": len(fit)}
+        if spent := [r["retrieval_cpu_s"] for r in rs if "retrieval_cpu_s" in r]:
+            row["retrieval_cpu_s"] = round(statistics.fmean(spent), 3)
         out.append(row)
     return out
 
@@ -179,10 +179,11 @@ def run_longcontext(explorer, builder: Builder, lengths: Sequence[int], ns: Sequ
 
 
 def check_methods(methods: Sequence[str]) -> list[str]:
-    """Canonical names: document-scope retrievers and ``full`` (:func:`registry.check`), and the two bounds."""
+    """Canonical names, each once: document-scope retrievers and ``full`` (:func:`registry.check`), and the two
+    bounds (``none``, ``oracle``)."""
     bounds = [m.strip() for m in methods if m.strip() in BOUNDS]
-    rest = [m for m in methods if m.strip() not in BOUNDS]
-    return (check(rest, "document") if rest else []) + bounds
+    rest = [m for m in methods if m.strip() and m.strip() not in BOUNDS]
+    return list(dict.fromkeys((check(rest, "document") if rest or not bounds else []) + bounds))
 
 
 def _answer(backbone, answers: AnswerCache, item, texts: list[str], chosen: list[int], gold: set[int]) -> dict:

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 import pandas as pd
 import plotly.graph_objects as go
 
+from ..evaluation.qa import BOUNDS
 from ..pipeline import Ranking
 
 ACCENT, MUTED = "#e4572e", "#9aa5b1"
@@ -211,11 +212,12 @@ def topn_curve(table: Sequence[dict], length: int, metric: str = "f1") -> go.Fig
                         name=f"{name} {metric} (band: 95% interval)", line={"color": colour})
         fig.add_scatter(x=[r["n"] for r in rows], y=[r["recall"] for r in rows], mode="lines", yaxis="y2",
                         name=f"{name} evidence recall@n", line={"color": colour, "dash": "dot"})
-    for method, text in (("full", "full context"), ("none", "question alone"), ("oracle", "gold paragraph alone")):
+    for method, text, where in (("full", "full context", "top left"), ("none", BOUNDS["none"], "bottom right"),
+                                ("oracle", BOUNDS["oracle"], "top right")):  # labels apart: the lines may be close
         flat = [r for r in table if r["method"] == method and r["length"] == length and metric in r]
         if flat:
             fig.add_hline(y=_metric(flat[0], metric), line_dash="dash" if method == "full" else "dashdot",
-                          line_color=MUTED, annotation_text=text)
+                          line_color=MUTED, annotation_text=text, annotation_position=where)
     return fig.update_layout(
         title=f"Answer {metric} against n at {length:,} tokens", xaxis_title="n (chunks selected)",
         xaxis_type="log", yaxis_title=metric, yaxis2={"title": "evidence recall@n", "overlaying": "y",
