@@ -56,14 +56,12 @@ def markdown(table: list[dict]) -> str:
     lengths = sorted({r["length"] for r in table})
     ns = sorted({r["n"] for r in table if r["n"] is not None})
     cell = {(r["method"], r["length"], r["n"]): r for r in table}
+    curves = [(m, x, vals) for m in ("unreal", "bm25") for x in lengths
+              if any(vals := [cell.get((m, x, n)) for n in ns])]  # each measured curve's cells, by n
     lines = ["| method | length | " + " | ".join(f"n={n}" for n in ns) + " |", "|---|---|" + "---|" * len(ns)]
-    for method in ("unreal", "bm25"):
-        for length in lengths:
-            vals = [cell.get((method, length, n)) for n in ns]
-            if not any(vals):
-                continue
-            lines.append(f"| {method} | {label(length)} | " + " | ".join(
-                f"{v['f1'][0]:.2f} ({v['recall']:.2f})" if v and "f1" in v else "–" for v in vals) + " |")
+    for method, length, vals in curves:
+        lines.append(f"| {method} | {label(length)} | " + " | ".join(
+            f"{v['f1'][0]:.2f} ({v['recall']:.2f})" if v and "f1" in v else "–" for v in vals) + " |")
     lines += ["", "| length | UNREAL best n: F1 / EM | BM25 best n: F1 / EM | full context: F1 / EM |",
               "|---|---|---|---|"]
     for length in lengths:
@@ -88,24 +86,17 @@ def markdown(table: list[dict]) -> str:
                   "over the answers timed; the count where not all were):", "",
                   "| method | length | selection | " + " | ".join(f"n={n}" for n in ns) + " | full context |",
                   "|---|---|---|" + "---|" * (len(ns) + 1)]
-        for method in ("unreal", "bm25"):
-            for length in lengths:
-                vals = [cell.get((method, length, n)) for n in ns]
-                if not any(vals):
-                    continue
-                sel = next((v["retrieval_cpu_s"] for v in vals if v and "retrieval_cpu_s" in v), None)
-                full = cell.get(("full", length, None))
-                lines.append(f"| {method} | {label(length)} | {'–' if sel is None else f'{sel:.3f}'} | "
-                             + " | ".join(_cpu(v) for v in [*vals, full]) + " |")
+        for method, length, vals in curves:
+            sel = next((v["retrieval_cpu_s"] for v in vals if v and "retrieval_cpu_s" in v), None)
+            full = cell.get(("full", length, None))
+            lines.append(f"| {method} | {label(length)} | {'–' if sel is None else f'{sel:.3f}'} | "
+                         + " | ".join(_cpu(v) for v in [*vals, full]) + " |")
     if any(r.get("f1_hit") is not None for r in table):
         lines += ["", "Why (the two effects behind the curve): token F1 where the gold chunk was among the n selected "
                   "/ where it was not:", "", "| method | length | " + " | ".join(f"n={n}" for n in ns) + " |",
                   "|---|---|" + "---|" * len(ns)]
-        for method in ("unreal", "bm25"):
-            for length in lengths:
-                vals = [cell.get((method, length, n)) for n in ns]
-                if any(vals):
-                    lines.append(f"| {method} | {label(length)} | " + " | ".join(_split(v) for v in vals) + " |")
+        for method, length, vals in curves:
+            lines.append(f"| {method} | {label(length)} | " + " | ".join(_split(v) for v in vals) + " |")
     captions = [describe_peak(table, m, x) for m in ("unreal", "bm25") for x in lengths
                 if sum(1 for r in table if r["method"] == m and r["length"] == x and "f1" in r) > 1]
     if captions:
