@@ -244,6 +244,23 @@ def test_plots_draw_both_methods_and_full_context():
     assert [list(t.y) for t in best.data] == [[pytest.approx(0.3)], [pytest.approx(0.3)], [0.25]]
 
 
+def test_every_measured_method_reaches_the_tables_plots_and_captions():
+    from unreal_demo.evaluation.longcontext_report import curve_methods
+    from unreal_demo.ui.plots import length_curve, topn_curve
+
+    rows = [{"method": m, "length": 2000, "n": n, "fits": True, "em": 0.0, "contained": 0.0, "prompt_tokens": 100,
+             "recall": 1.0, "f1": f} for m in ("dense", "bm25", "unreal") for n in (1, 3) for f in (0.2, 0.4)]
+    table = summarize(rows)
+    assert curve_methods(table) == ["unreal", "bm25", "dense"]  # the registry's order, not the rows'
+    text = markdown(table)
+    assert "| dense | 2K | 0.30 (1.00) | 0.30 (1.00) |" in text
+    assert "| length | UNREAL best n: F1 / EM | BM25 best n: F1 / EM | dense MiniLM-L6-v2 best n: F1 / EM |" in text
+    assert "- dense MiniLM-L6-v2 at 2K (2 questions per cell)" in text
+    assert [t.name for t in topn_curve(table, 2000).data if t.mode == "lines+markers"] == [
+        "UNREAL f1 (band: 95% interval)", "BM25 f1 (band: 95% interval)", "dense MiniLM-L6-v2 f1 (band: 95% interval)"]
+    assert [t.name for t in length_curve(table).data][-1] == "dense MiniLM-L6-v2 (best n)"
+
+
 def test_summary_splits_f1_by_whether_the_gold_was_selected():
     rows = [{"method": "unreal", "length": 8000, "n": 1, "fits": True, "em": 0.0, "contained": 0.0,
              "prompt_tokens": 100, "recall": rec, "f1": f} for rec, f in ((1.0, 0.6), (1.0, 0.2), (0.0, 0.1))]

@@ -7,16 +7,23 @@
 
 from __future__ import annotations
 
+from ..retrieval.registry import METHODS
 from .longcontext import label
 from .qa import BOUNDS
+from .retrieval import estimate
+
+ORDER = {m: i for i, m in enumerate(METHODS)}
+SHORT = {"unreal": "UNREAL", "bm25": "BM25"}
 
 
-def _value(row: dict, metric: str) -> tuple[float, float, float]:
-    """``(mean, low, high)`` of ``metric`` ("f1", "em" or "contained") in a summary row."""
-    if metric == "f1":
-        return tuple(row["f1"])
-    low, high = row.get(f"{metric}_ci", (row[metric], row[metric]))
-    return row[metric], low, high
+def curve_methods(table: list[dict]) -> list[str]:
+    """The methods measured at several n (UNREAL, BM25, dense, …), in the registry's order."""
+    return sorted({r["method"] for r in table if r["n"] is not None}, key=lambda m: (ORDER.get(m, len(ORDER)), m))
+
+
+def name(method: str) -> str:
+    """A method's short name in tables and captions: UNREAL, BM25, else the registry's label."""
+    return SHORT.get(method) or (METHODS[method].label if method in METHODS else method)
 
 
 def describe_peak(table: list[dict], method: str, length: int, metric: str = "f1") -> str:
@@ -27,10 +34,9 @@ def describe_peak(table: list[dict], method: str, length: int, metric: str = "f1
     """
     cells = sorted((r for r in table if r["method"] == method and r["length"] == length and r["n"] is not None
                     and metric in r), key=lambda r: r["n"])
-    name = {"unreal": "UNREAL", "bm25": "BM25"}.get(method, method)
     if len(cells) < 2:
-        return f"{name} at {label(length)}: fewer than two n values measured."
-    vals = [_value(r, metric) for r in cells]
+        return f"{name(method)} at {label(length)}: fewer than two n values measured."
+    vals = [estimate(r, metric) for r in cells]
     best = max(range(len(cells)), key=lambda i: vals[i][0])
     (m, lo, hi), first, last = vals[best], vals[0], vals[-1]
     ends = f"n = {cells[0]['n']}: {first[1]:.3f}–{first[2]:.3f}; n = {cells[-1]['n']}: {last[1]:.3f}–{last[2]:.3f}"
@@ -44,7 +50,7 @@ def describe_peak(table: list[dict], method: str, length: int, metric: str = "f1
         shape = "no peak within the 95% intervals"
     hits = "" if cells[0].get("f1_hit") is None or cells[-1].get("f1_hit") is None else (
         f", while F1 where the gold chunk was selected goes from {cells[0]['f1_hit']:.3f} to {cells[-1]['f1_hit']:.3f}")
-    return (f"{name} at {label(length)} ({cells[0]['questions']} questions per cell): {metric} is highest at "
+    return (f"{name(method)} at {label(length)} ({cells[0]['questions']} questions per cell): {metric} is highest at "
             f"n = {cells[best]['n']} ({m:.3f}, 95% CI {lo:.3f}–{hi:.3f}) against {first[0]:.3f} at n = "
             f"{cells[0]['n']} and {last[0]:.3f} at n = {cells[-1]['n']}: {shape}. Evidence recall goes from "
             f"{cells[0]['recall']:.2f} to {cells[-1]['recall']:.2f} over the same n{hits}.")
@@ -56,17 +62,18 @@ def markdown(table: list[dict]) -> str:
     lengths = sorted({r["length"] for r in table})
     ns = sorted({r["n"] for r in table if r["n"] is not None})
     cell = {(r["method"], r["length"], r["n"]): r for r in table}
-    curves = [(m, x, vals) for m in ("unreal", "bm25") for x in lengths
+    methods = curve_methods(table)
+    curves = [(m, x, vals) for m in methods for x in lengths
               if any(vals := [cell.get((m, x, n)) for n in ns])]  # each measured curve's cells, by n
     lines = ["| method | length | " + " | ".join(f"n={n}" for n in ns) + " |", "|---|---|" + "---|" * len(ns)]
     for method, length, vals in curves:
         lines.append(f"| {method} | {label(length)} | " + " | ".join(
             f"{v['f1'][0]:.2f} ({v['recall']:.2f})" if v and "f1" in v else "–" for v in vals) + " |")
-    lines += ["", "| length | UNREAL best n: F1 / EM | BM25 best n: F1 / EM | full context: F1 / EM |",
-              "|---|---|---|---|"]
+    lines += ["", "| length | " + "".join(f"{name(m)} best n: F1 / EM | " for m in methods)
+              + "full context: F1 / EM |", "|---|" + "---|" * (len(methods) + 1)]
     for length in lengths:
         row = [f"| {label(length)} |"]
-        for method in ("unreal", "bm25"):
+        for method in methods:
             cands = [r for r in table if r["method"] == method and r["length"] == length and "f1" in r]
             best = max(cands, key=lambda r: r["f1"][0], default=None)
             row.append(f" {best['f1'][0]:.3f} / {best['em']:.3f} (n={best['n']}) |" if best else " – |")
@@ -74,10 +81,10 @@ def markdown(table: list[dict]) -> str:
         row.append(f" {full['f1'][0]:.3f} / {full['em']:.3f} |" if full and "f1" in full
                    else " does not fit |" if full else " not run |")
         lines.append("".join(row))
-    for bound, name in BOUNDS.items():
+    for bound, text in BOUNDS.items():
         row = next((r for r in table if r["method"] == bound and "f1" in r), None)
         if row:
-            lines += ["", f"Bound, {name} ({row['questions']} questions): F1 {row['f1'][0]:.3f} "
+            lines += ["", f"Bound, {text} ({row['questions']} questions): F1 {row['f1'][0]:.3f} "
                       f"({row['f1'][1]:.3f}–{row['f1'][2]:.3f}), EM {row['em']:.3f}, contained {row['contained']:.3f} "
                       f"({row['contained_ci'][0]:.3f}–{row['contained_ci'][1]:.3f})."]
     if any("answer_cpu_s" in r for r in table):
@@ -97,7 +104,7 @@ def markdown(table: list[dict]) -> str:
                   "|---|---|" + "---|" * len(ns)]
         for method, length, vals in curves:
             lines.append(f"| {method} | {label(length)} | " + " | ".join(_split(v) for v in vals) + " |")
-    captions = [describe_peak(table, m, x) for m in ("unreal", "bm25") for x in lengths
+    captions = [describe_peak(table, m, x) for m in methods for x in lengths
                 if sum(1 for r in table if r["method"] == m and r["length"] == x and "f1" in r) > 1]
     if captions:
         lines += ["", "What the curves show (token F1, generated by `describe_peak`):", "",

@@ -67,6 +67,25 @@ def mean_ci(values: Sequence[float]) -> tuple[float, float, float]:
     return round(m, 4), round(max(0.0, m - half), 4), round(min(1.0, m + half), 4)
 
 
+def estimate(row: dict, metric: str) -> tuple[float, float | None, float | None] | None:
+    """``(mean, low, high)`` of ``metric`` in a result row, which holds either a :func:`mean_ci` triple or a value
+    with a ``<metric>_ci`` pair (:func:`wilson`); low and high are None where the row has no interval, and the
+    whole is None where the row lacks the metric.
+
+    >>> estimate({"f1": [0.2, 0.1, 0.3]}, "f1")
+    (0.2, 0.1, 0.3)
+    >>> estimate({"em": 0.5, "em_ci": [0.3, 0.7]}, "em")
+    (0.5, 0.3, 0.7)
+    >>> estimate({"recall": 0.9}, "recall"), estimate({}, "f1")
+    ((0.9, None, None), None)
+    """
+    value = row.get(metric)
+    if value is None or isinstance(value, (list, tuple)):
+        return None if value is None else tuple(value)
+    low, high = row.get(f"{metric}_ci") or (None, None)
+    return value, low, high
+
+
 def metrics(rankings: Sequence[Sequence[int]], gold: Sequence[set[int]]) -> dict:
     row = {f"R@{k}": round(recall_at_k(rankings, gold, k), 4) for k in KS}
     row["MRR@10"] = round(mrr_at_k(rankings, gold, 10), 4)

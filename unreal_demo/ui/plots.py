@@ -7,10 +7,14 @@ from collections.abc import Sequence
 import pandas as pd
 import plotly.graph_objects as go
 
+from ..evaluation.longcontext_report import curve_methods
+from ..evaluation.longcontext_report import name as method_name
 from ..evaluation.qa import BOUNDS
+from ..evaluation.retrieval import estimate
 from ..pipeline import Ranking
 
 ACCENT, MUTED = "#e4572e", "#9aa5b1"
+CURVE_COLOURS = (ACCENT, "#3d5a80", "#17a398", "#f3a712", "#8e5572", "#5c946e")  # one per method
 
 
 def _preview(text: str, words: int = 12) -> str:
@@ -170,17 +174,8 @@ def layer_chunk_heatmap(z, title: str) -> go.Figure:
 
 
 def _metric(row: dict, metric: str) -> float | None:
-    value = row.get(metric)
-    return value[0] if isinstance(value, (list, tuple)) else value
-
-
-def _interval(row: dict, metric: str) -> tuple[float, float] | None:
-    """The 95% interval of ``metric`` in a result row: ``(mean, low, high)`` or a ``<metric>_ci`` pair."""
-    value = row.get(metric)
-    if isinstance(value, (list, tuple)) and len(value) == 3:
-        return value[1], value[2]
-    ci = row.get(f"{metric}_ci")
-    return (ci[0], ci[1]) if ci else None
+    value = estimate(row, metric)
+    return None if value is None else value[0]
 
 
 def _rgba(colour: str, alpha: float) -> str:
@@ -190,23 +185,24 @@ def _rgba(colour: str, alpha: float) -> str:
 
 def _band(fig: go.Figure, xs: Sequence[float], rows: Sequence[dict], metric: str, colour: str, name: str) -> None:
     """Shade the 95% interval of ``metric`` over ``xs`` (nothing when the rows carry no interval)."""
-    spans = [_interval(r, metric) for r in rows]
-    if any(s is None for s in spans) or not spans:
+    spans = [estimate(r, metric) for r in rows]
+    if not spans or any(s is None or s[1] is None for s in spans):
         return
-    fig.add_scatter(x=[*xs, *xs[::-1]], y=[s[1] for s in spans] + [s[0] for s in spans][::-1], fill="toself",
+    fig.add_scatter(x=[*xs, *xs[::-1]], y=[s[2] for s in spans] + [s[1] for s in spans][::-1], fill="toself",
                     fillcolor=_rgba(colour, 0.15), line={"width": 0}, hoverinfo="skip", showlegend=False,
                     name=f"{name} 95% interval")
 
 
 def topn_curve(table: Sequence[dict], length: int, metric: str = "f1") -> go.Figure:
-    """The inverted U: answer ``metric`` against n for UNREAL and BM25 at one length, evidence recall dashed."""
+    """The inverted U: answer ``metric`` against n for each measured method (UNREAL, BM25, …) at one length,
+    evidence recall dotted."""
     fig = go.Figure()
-    for method, colour in (("unreal", ACCENT), ("bm25", "#3d5a80")):
+    for method, colour in zip(curve_methods(list(table)), CURVE_COLOURS, strict=False):
         rows = sorted((r for r in table if r["method"] == method and r["length"] == length and metric in r),
                       key=lambda r: r["n"])
         if not rows:
             continue
-        name = "UNREAL" if method == "unreal" else "BM25"
+        name = method_name(method)
         _band(fig, [r["n"] for r in rows], rows, metric, colour, name)
         fig.add_scatter(x=[r["n"] for r in rows], y=[_metric(r, metric) for r in rows], mode="lines+markers",
                         name=f"{name} {metric} (band: 95% interval)", line={"color": colour})
@@ -226,10 +222,12 @@ def topn_curve(table: Sequence[dict], length: int, metric: str = "f1") -> go.Fig
 
 
 def length_curve(table: Sequence[dict], metric: str = "f1") -> go.Figure:
-    """Best-n ``metric`` of UNREAL and BM25, and full context where it fits, against context length."""
+    """Best-n ``metric`` of each measured method (UNREAL, BM25, …), and full context where it fits, against context
+    length."""
     fig = go.Figure()
-    for method, colour, name in (("unreal", ACCENT, "UNREAL (best n)"), ("bm25", "#3d5a80", "BM25 (best n)"),
-                                 ("full", MUTED, "full context")):
+    curves = [(m, c, f"{method_name(m)} (best n)") for m, c in zip(curve_methods(list(table)), CURVE_COLOURS,
+                                                                   strict=False)]
+    for method, colour, name in [*curves, ("full", MUTED, "full context")]:
         best: dict[int, dict] = {}
         for r in table:
             if r["method"] == method and metric in r and (
@@ -248,7 +246,7 @@ def length_curve(table: Sequence[dict], metric: str = "f1") -> go.Figure:
 def qa_curves(table: Sequence[dict], metric: str = "contained") -> go.Figure:
     """Downstream QA ``metric`` against k for each retriever, 95% bands; the two bounds as flat lines."""
     fig = go.Figure()
-    colours = iter([ACCENT, "#3d5a80", "#17a398", "#f3a712", "#8e5572", "#5c946e"])
+    colours = iter(CURVE_COLOURS)
     for key in dict.fromkeys(r["key"] for r in table if r.get("k")):
         rows = sorted((r for r in table if r["key"] == key and r.get("k")), key=lambda r: r["k"])
         xs, colour = [r["k"] for r in rows], next(colours, MUTED)

@@ -9,7 +9,7 @@ import pandas as pd
 
 from ...errors import UserError
 from ...evaluation.longcontext import DISTRACTORS, label
-from ...evaluation.longcontext_report import describe_peak
+from ...evaluation.longcontext_report import curve_methods, describe_peak
 from ...evaluation.results import head_mismatch, made_by
 from ...pipeline import Loading
 from ...settings import PRECOMPUTED
@@ -80,7 +80,7 @@ def build_tab(loader: Loading) -> Ready:
 
     def draw(length_label: str, metric_name: str, rows: list[dict]):
         chosen = next((x for x in sorted({r["length"] for r in rows}) if label(x) == length_label), None)
-        shows = " ".join(describe_peak(rows, m, chosen, metric_name) for m in ("unreal", "bm25")) if chosen else \
+        shows = " ".join(describe_peak(rows, m, chosen, metric_name) for m in curve_methods(rows)) if chosen else \
             "nothing measured yet."
         return (plots.topn_curve(rows, chosen or 0, metric_name), plots.length_curve(rows, metric_name),
                 CAPTION + shows)
