@@ -171,6 +171,8 @@ def _eval(args: argparse.Namespace) -> None:
 
 
 def _bench(args: argparse.Namespace) -> None:
+    from tqdm import tqdm
+
     from .evaluation.longcontext import parse_lengths
     from .evaluation.longcontext_run import check_methods, run_benchmark
     from .pipeline import Explorer
@@ -185,7 +187,10 @@ def _bench(args: argparse.Namespace) -> None:
     if args.sample < 1:
         raise InputError("--sample must be at least 1")
     explorer = Explorer.load(args.model, head=args.head, dtype=args.dtype)
-    result = run_benchmark(explorer, args.sample, lengths, ns, methods, args.seed, args.out, args.distractors)
+    bar = tqdm(total=1000, unit="‰", bar_format="{desc}: {percentage:3.0f}% |{bar}| [{elapsed}<{remaining}]")
+    result = run_benchmark(explorer, args.sample, lengths, ns, methods, args.seed, args.out, args.distractors,
+                           progress=lambda f, text: (bar.set_description(text), bar.update(round(1000 * f) - bar.n)))
+    bar.close()
     print(json.dumps(result) if args.json else result["markdown"])
 
 

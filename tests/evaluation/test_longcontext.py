@@ -175,7 +175,11 @@ class TestRun:
         count, offsets = tokenizer_counters(explorer.backbone.tokenizer)
         items = [Item(str(k), f"What is secret {k}?", (str(1000 + k),), GOLDS[k], 0.5) for k in range(2)]
         b = Builder(items, build_pool(POOL_TEXTS, GOLDS, 0), count, offsets)
-        out = run_longcontext(explorer, b, [300, 900], [1, 3], ("unreal", "bm25", "full"))
+        told = []  # what the CLI's progress bar shows
+        out = run_longcontext(explorer, b, [300, 900], [1, 3], ("unreal", "bm25", "full"),
+                              progress=lambda f, text: told.append((f, text)))
+        assert told == [(0.0, "0.3K tokens, question 1"), (0.25, "0.3K tokens, question 2"),
+                        (0.5, "0.9K tokens, question 1"), (0.75, "0.9K tokens, question 2"), (1.0, "done")]
         assert len(out["rows"]) == 2 * 2 * (2 * 2 + 1)
         table = {(r["method"], r["length"], r["n"]): r for r in out["table"]}
         assert table[("bm25", 300, 3)]["questions"] == 2 and "f1" in table[("bm25", 300, 3)]
