@@ -187,7 +187,7 @@ def _bench(args: argparse.Namespace) -> None:
     if args.sample < 1:
         raise InputError("--sample must be at least 1")
     explorer = Explorer.load(args.model, head=args.head, dtype=args.dtype)
-    bar = tqdm(total=1000, unit="‰", bar_format="{desc}{percentage:3.0f}% |{bar}| [{elapsed}<{remaining}]")
+    bar = tqdm(total=1000, bar_format="{desc}{percentage:3.0f}% |{bar}| [{elapsed}<{remaining}]")
     result = run_benchmark(explorer, args.sample, lengths, ns, methods, args.seed, args.out, args.distractors,
                            progress=lambda f, text: (bar.set_description(text), bar.update(round(1000 * f) - bar.n)))
     bar.close()
