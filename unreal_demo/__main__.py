@@ -187,10 +187,10 @@ def _bench(args: argparse.Namespace) -> None:
     if args.sample < 1:
         raise InputError("--sample must be at least 1")
     explorer = Explorer.load(args.model, head=args.head, dtype=args.dtype)
-    bar = tqdm(total=1000, bar_format="{desc}{percentage:3.0f}% |{bar}| [{elapsed}<{remaining}]")
-    result = run_benchmark(explorer, args.sample, lengths, ns, methods, args.seed, args.out, args.distractors,
-                           progress=lambda f, text: (bar.set_description(text), bar.update(round(1000 * f) - bar.n)))
-    bar.close()
+    with tqdm(total=1000, bar_format="{desc}{percentage:3.0f}% |{bar}| [{elapsed}<{remaining}]") as bar:
+        result = run_benchmark(explorer, args.sample, lengths, ns, methods, args.seed, args.out, args.distractors,
+                               progress=lambda f, text: (bar.set_description(text),
+                                                         bar.update(round(1000 * f) - bar.n)))
     print(json.dumps(result) if args.json else result["markdown"])
 
 

@@ -263,6 +263,8 @@ def test_every_measured_method_reaches_the_tables_plots_and_captions():
     assert [t.name for t in topn_curve(table, 2000).data if t.mode == "lines+markers"] == [
         "UNREAL f1 (band: 95% interval)", "BM25 f1 (band: 95% interval)", "dense MiniLM-L6-v2 f1 (band: 95% interval)"]
     assert [t.name for t in length_curve(table).data][-1] == "dense MiniLM-L6-v2 (best n)"
+    alone = topn_curve([r for r in table if r["method"] == "dense"], 2000).data[-1]
+    assert alone.line.color == topn_curve(table, 2000).data[-1].line.color  # a method keeps its colour
 
 
 def test_summary_splits_f1_by_whether_the_gold_was_selected():
@@ -303,6 +305,8 @@ class TestDescribePeak:
         rising = [self.cell(1, 0.10, 0.01, 0.5), self.cell(5, 0.20, 0.01, 0.8), self.cell(20, 0.30, 0.01, 0.9)]
         assert "no peak: it rises to the largest n" in describe_peak(rising, "unreal", 8000)
         assert "fewer than two" in describe_peak(table[:1], "unreal", 8000)
+        bare = [{k: v for k, v in r.items() if k != "em_ci"} for r in table]  # a row without an interval
+        assert "highest at n = 1 (0.300, 95% CI 0.300–0.300)" in describe_peak(bare, "unreal", 8000, "em")
 
 
 def test_hard_distractors_interleave_the_article_and_bm25_neighbours():

@@ -17,7 +17,7 @@ SHORT = {"unreal": "UNREAL", "bm25": "BM25"}
 
 
 def curve_methods(table: list[dict]) -> list[str]:
-    """The methods measured at several n (UNREAL, BM25, dense, …), in the registry's order."""
+    """The methods with a curve, i.e. rows at some n (UNREAL, BM25, dense, …), in the registry's order."""
     return sorted({r["method"] for r in table if r["n"] is not None}, key=lambda m: (ORDER.get(m, len(ORDER)), m))
 
 
@@ -36,7 +36,8 @@ def describe_peak(table: list[dict], method: str, length: int, metric: str = "f1
                     and metric in r), key=lambda r: r["n"])
     if len(cells) < 2:
         return f"{name(method)} at {label(length)}: fewer than two n values measured."
-    vals = [estimate(r, metric) for r in cells]
+    vals = [(m, m if lo is None else lo, m if hi is None else hi)  # a row without an interval: the mean
+            for m, lo, hi in (estimate(r, metric) for r in cells)]
     best = max(range(len(cells)), key=lambda i: vals[i][0])
     (m, lo, hi), first, last = vals[best], vals[0], vals[-1]
     ends = f"n = {cells[0]['n']}: {first[1]:.3f}–{first[2]:.3f}; n = {cells[-1]['n']}: {last[1]:.3f}–{last[2]:.3f}"

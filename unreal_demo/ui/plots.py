@@ -7,14 +7,19 @@ from collections.abc import Sequence
 import pandas as pd
 import plotly.graph_objects as go
 
-from ..evaluation.longcontext_report import curve_methods
+from ..evaluation.longcontext_report import ORDER, curve_methods
 from ..evaluation.longcontext_report import name as method_name
 from ..evaluation.qa import BOUNDS
 from ..evaluation.retrieval import estimate
 from ..pipeline import Ranking
 
 ACCENT, MUTED = "#e4572e", "#9aa5b1"
-CURVE_COLOURS = (ACCENT, "#3d5a80", "#17a398", "#f3a712", "#8e5572", "#5c946e")  # one per method
+CURVE_COLOURS = (ACCENT, "#3d5a80", "#17a398", "#f3a712", "#8e5572", "#5c946e", "#b56576", "#2a9d8f")
+
+
+def method_colour(method: str) -> str:
+    """One colour per retrieval method, the same in every figure whichever methods a result holds."""
+    return CURVE_COLOURS[ORDER.get(method, len(ORDER)) % len(CURVE_COLOURS)]
 
 
 def _preview(text: str, words: int = 12) -> str:
@@ -197,7 +202,8 @@ def topn_curve(table: Sequence[dict], length: int, metric: str = "f1") -> go.Fig
     """The inverted U: answer ``metric`` against n for each measured method (UNREAL, BM25, …) at one length,
     evidence recall dotted."""
     fig = go.Figure()
-    for method, colour in zip(curve_methods(list(table)), CURVE_COLOURS, strict=False):
+    for method in curve_methods(list(table)):
+        colour = method_colour(method)
         rows = sorted((r for r in table if r["method"] == method and r["length"] == length and metric in r),
                       key=lambda r: r["n"])
         if not rows:
@@ -225,8 +231,7 @@ def length_curve(table: Sequence[dict], metric: str = "f1") -> go.Figure:
     """Best-n ``metric`` of each measured method (UNREAL, BM25, …), and full context where it fits, against context
     length."""
     fig = go.Figure()
-    curves = [(m, c, f"{method_name(m)} (best n)") for m, c in zip(curve_methods(list(table)), CURVE_COLOURS,
-                                                                   strict=False)]
+    curves = [(m, method_colour(m), f"{method_name(m)} (best n)") for m in curve_methods(list(table))]
     for method, colour, name in [*curves, ("full", MUTED, "full context")]:
         best: dict[int, dict] = {}
         for r in table:

@@ -67,9 +67,10 @@ def build_tab(loader: Loading) -> Ready:
     table = result["table"] if result else []
     lengths = sorted({r["length"] for r in table}) or [2000]
     gr.Markdown("Long prompts as retrieval (paper Section 4): each New-Wiki question's gold paragraph sits at a "
-                "fixed depth among real distractor text (Wikipedia summaries, essays, a novel); UNREAL and "
-                "BM25 select n chunks, the same LLM answers. In the *same-topic* setting the distractors next "
-                "to the gold are its own article's other paragraphs and BM25's nearest pool passages.")
+                "fixed depth among real distractor text (Wikipedia summaries, essays, a novel); each retriever "
+                "(UNREAL, BM25, …) selects n chunks, the same LLM answers. In the *same-topic* setting the "
+                "distractors next to the gold are its own article's other paragraphs and BM25's nearest pool "
+                "passages.")
     with gr.Row():
         setting = gr.Radio(shipped, value=shipped[0], label="precomputed run",
                            info="; ".join(f"{k}: {RESULTS[k][2]}" for k in shipped))
