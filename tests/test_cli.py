@@ -73,6 +73,8 @@ def test_flops_starts_from_the_shipped_head(capsys):
     (["eval", "qa", "--methods", "oracle,magic"], "unknown method magic"),
     (["bench", "longcontext", "--methods", "unreal,magic"], "unknown method magic"),
     (["bench", "longcontext", "--lengths", "2Q"], "cannot read length"),
+    (["bench", "longcontext", "--shard", "3/2"], "give K/N"),
+    (["bench", "longcontext", "--shard", "1/2", "--out", "precomputed/longcontext.json"], "partial"),
     (["eval", "prompt", "--methods", "nope"], "unknown prompt nope"),
     (["eval", "prompt", "--sample", "0"], "must be at least 1"),
     (["eval", "qa", "--k", "0"], "must be at least 1"),

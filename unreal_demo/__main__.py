@@ -174,7 +174,7 @@ def _bench(args: argparse.Namespace) -> None:
     from tqdm import tqdm
 
     from .evaluation.longcontext import parse_lengths
-    from .evaluation.longcontext_run import check_methods, run_benchmark
+    from .evaluation.longcontext_run import check_methods, parse_shard, run_benchmark
     from .pipeline import Explorer
 
     try:
@@ -186,11 +186,12 @@ def _bench(args: argparse.Namespace) -> None:
         raise InputError(f"--n must be at least 1: {bad}")
     if args.sample < 1:
         raise InputError("--sample must be at least 1")
+    shard = parse_shard(args.shard, args.out)
     explorer = Explorer.load(args.model, head=args.head, dtype=args.dtype)
     with tqdm(total=1000, bar_format="{desc}{percentage:3.0f}% |{bar}| [{elapsed}<{remaining}]") as bar:
         result = run_benchmark(explorer, args.sample, lengths, ns, methods, args.seed, args.out, args.distractors,
                                progress=lambda f, text: (bar.set_description(text),
-                                                         bar.update(round(1000 * f) - bar.n)))
+                                                         bar.update(round(1000 * f) - bar.n)), shard=shard)
     print(json.dumps(result) if args.json else result["markdown"])
 
 
@@ -452,6 +453,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="pool: distractors from the shared pool; same-topic: the gold's own article's other "
                          "paragraphs and BM25's nearest pool passages next to it, then the pool")
     bn.add_argument("--seed", type=int, default=0)
+    bn.add_argument("--shard", default=None, metavar="K/N",
+                    help="run only the K-th of every N questions: N processes (one per core) share the answer "
+                         "cache; one run without --shard then writes the whole result from it")
     bn.add_argument("--out", default=None, help="write the JSON result here")
     bn.add_argument("--json", action="store_true")
     model_flags(bn, dtype=True)

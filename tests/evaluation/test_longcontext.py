@@ -8,6 +8,7 @@ import torch
 from unreal_demo.core.chunking import tokenizer_counters
 from unreal_demo.core.generation import AnswerRule, prompt_ids
 from unreal_demo.core.head import untrained_head
+from unreal_demo.errors import InputError
 from unreal_demo.evaluation import answers
 from unreal_demo.evaluation import longcontext_run as longcontext_eval
 from unreal_demo.evaluation.longcontext import Builder, Item, build_pool, gold_chunks, parse_lengths, split_passages
@@ -189,6 +190,12 @@ class TestRun:
         again = run_longcontext(explorer, b, [300, 900], [1, 3], ("unreal", "bm25", "full"),
                                 on_length=lambda partial: seen.append((partial["lengths_done"], len(partial["rows"]))))
         assert [r.get("answer") for r in again["rows"]] == [r.get("answer") for r in out["rows"]]
+        halves = [run_longcontext(explorer, b, [300, 900], [1, 3], ("unreal", "bm25", "full"), shard=(k, 2))
+                  for k in (1, 2)]  # two processes' shares: every question once, the same answers
+        assert [len(h["rows"]) for h in halves] == [10, 10]
+        assert sorted((r["id"], r["length"], r["method"], r["n"] or 0, r.get("answer")) for h in halves
+                      for r in h["rows"]) == sorted((r["id"], r["length"], r["method"], r["n"] or 0, r.get("answer"))
+                                                    for r in out["rows"])
         def measured(table):  # all but the selection CPU, which each run times afresh
             return [{k: v for k, v in r.items() if k != "retrieval_cpu_s"} for r in table]
 
@@ -229,6 +236,17 @@ class TestRun:
         with pytest.raises(RetrievalError):
             check_methods(["bm25", "gold"])
         assert check_methods(["none", "bm25", "none", ""]) == ["bm25", "none"]  # each once
+
+
+def test_shards_are_checked_before_the_model_loads():
+    from unreal_demo.evaluation.longcontext_run import parse_shard
+
+    assert parse_shard("1/1", "precomputed/longcontext.json") == (1, 1)  # the whole run may write there
+    for bad in ("0/2", "3/2", "2", "a/b", "1/0"):
+        with pytest.raises(InputError, match="give K/N"):
+            parse_shard(bad)
+    with pytest.raises(InputError, match="partial"):
+        parse_shard("1/2", "precomputed/longcontext.json")
 
 
 def test_plots_draw_both_methods_and_full_context():

@@ -23,6 +23,7 @@ import torch
 from ..core.encoding import cached_encode
 from ..core.generation import ANSWER_RULE, DEFAULT_PROMPT, fits_window, prompt_ids
 from ..core.selection import select_top_n
+from ..errors import InputError
 from ..retrieval.registry import METHODS, MemoryStore, all_scores, check
 from .answers import AnswerCache, answer_cache, keeps
 from .longcontext import Builder, Context, gold_chunks, label
@@ -119,18 +120,22 @@ def summarize(rows: list[dict]) -> list[dict]:
 def run_longcontext(explorer, builder: Builder, lengths: Sequence[int], ns: Sequence[int],
                     methods: Sequence[str] = ("unreal", "bm25", "full"),
                     progress: Callable[[float, str], None] | None = None, answers: AnswerCache | None = None,
-                    on_length: Callable[[dict], None] | None = None) -> dict:
+                    on_length: Callable[[dict], None] | None = None, shard: tuple[int, int] = (1, 1)) -> dict:
     """Run every item at every length with every method; rows per answer plus the summary table.
 
     ``on_length`` receives the result so far each time a length is complete (all its questions), so a
-    long run can be written as it goes. ``cpu_seconds`` gives each length's process CPU time."""
+    long run can be written as it goes. ``cpu_seconds`` gives each length's process CPU time. ``shard``
+    ``(k, N)`` runs only the k-th of every N questions (k from 1): N processes sharing the answer cache split a
+    run, and one run without a shard then assembles the whole result from the cache."""
     methods = check_methods(methods)
     backbone, head = explorer.backbone, explorer.head
     encoder = ContextEncoder(builder, backbone, head)
     answers = answers or answer_cache("longcontext")
     rows, seconds = [], {"encode": 0.0, "retrieval": 0.0, "generate": 0.0}
     cpu: dict[str, float] = {}
-    jobs = [(item, length) for length in lengths for item in builder.items]
+    k, parts = shard
+    mine = builder.items[k - 1::parts]
+    jobs = [(item, length) for length in lengths for item in mine]
 
     def so_far() -> dict:
         return {"rows": rows, "table": summarize(rows), "seconds": {k: round(v, 1) for k, v in seconds.items()},
@@ -197,18 +202,44 @@ def _answer(backbone, answers: AnswerCache, item, texts: list[str], chosen: list
                      "answer_cpu_s": answers.cost(backbone, ids)}
 
 
+def parse_shard(text: str | None, out: str | None = None) -> tuple[int, int]:
+    """``"K/N"`` (the K-th of N shares of the questions, K from 1) as ``(K, N)``; None is the whole run.
+
+    >>> parse_shard("2/3"), parse_shard(None)
+    ((2, 3), (1, 1))
+
+    Raises
+    ------
+    InputError
+        For text that is not K/N with 1 ≤ K ≤ N, or a shard writing into ``precomputed/`` (a shard's result is
+        partial: write it elsewhere and assemble the whole with one run without ``--shard``).
+    """
+    if text is None:
+        return (1, 1)
+    k, _, n = text.partition("/")
+    if not (k.isdigit() and n.isdigit() and 1 <= int(k) <= int(n)):
+        raise InputError(f"--shard {text!r}: give K/N with 1 ≤ K ≤ N, e.g. 1/2")
+    if int(n) > 1 and keeps(out):
+        raise InputError("a shard's result is partial: write it outside precomputed/, then run once without "
+                         "--shard (every answer then comes from the shared cache) to write the whole result")
+    return int(k), int(n)
+
+
 def run_benchmark(explorer, sample: int, lengths: Sequence[int], ns: Sequence[int], methods: Sequence[str],
                   seed: int = 0, out: str | None = None, distractors: str = "pool",
-                  progress: Callable[[float, str], None] | None = None) -> dict:
+                  progress: Callable[[float, str], None] | None = None, shard: tuple[int, int] = (1, 1)) -> dict:
     """The benchmark on the offline data; the result (rows, summary, markdown, CPU time per length).
 
     With ``out``, the result is written each time a length is complete (``"complete": false`` and the
     setting saying which lengths are done until the last), so a stopped run leaves what it measured.
 
-    ``distractors``: ``"pool"`` or ``"same-topic"`` (:data:`longcontext.DISTRACTORS`)."""
+    ``distractors``: ``"pool"`` or ``"same-topic"`` (:data:`longcontext.DISTRACTORS`); ``shard``: see
+    :func:`run_longcontext`."""
     from .longcontext import DISTRACTORS, offline_builder
 
     t0 = time.perf_counter()
+    k, parts = shard
+    part = "" if parts == 1 else f"; shard {k}/{parts}: questions {k}, {k + parts}, … only"
     builder = offline_builder(explorer.backbone.tokenizer, sample, seed, distractors)
     answers = answer_cache("longcontext", keep=keeps(out))
 
@@ -222,13 +253,13 @@ def run_benchmark(explorer, sample: int, lengths: Sequence[int], ns: Sequence[in
                        f"{DISTRACTORS[distractors]}; distractor pool {len(builder.pool):,} passages (Wikipedia "
                        "summaries, Paul Graham essays, a Gutenberg novel); model "
                        f"{explorer.backbone.name}, head {explorer.head_source}; prompt {DEFAULT_PROMPT}, greedy, "
-                       f"{ANSWER_RULE.name}{left}",
+                       f"{ANSWER_RULE.name}{part}{left}",
             "wall_seconds": round(time.perf_counter() - t0, 1), "markdown": markdown(partial["table"]),
         }
         return write_result(result, out, explorer)
 
     result = run_longcontext(explorer, builder, lengths, ns, methods, progress, answers,
-                             on_length=written if out else None)
+                             on_length=written if out else None, shard=shard)
     if answers.export_every:
         answers.export()
     return written(result)
