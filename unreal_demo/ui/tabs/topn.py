@@ -25,8 +25,8 @@ LIVE_NS = [1, 2, 3, 5, 8, 10, 15, 20, 30]
 
 
 # The precomputed runs (in precomputed/), the first present one shown first: name -> (file, distractor setting, what)
-RESULTS = {"same-topic": ("longcontext_same_topic.json", "same-topic", DISTRACTORS["same-topic"]),
-           "pool": ("longcontext.json", "pool", DISTRACTORS["pool"]),
+RESULTS = {"pool": ("longcontext.json", "pool", DISTRACTORS["pool"]),
+           "same-topic": ("longcontext_same_topic.json", "same-topic", DISTRACTORS["same-topic"]),
            "pool, up to 1M": ("longcontext_1m.json", "pool", "the pool setting at 8K and 1M tokens")}
 
 
