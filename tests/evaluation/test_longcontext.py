@@ -320,6 +320,7 @@ class TestDescribePeak:
         table = [self.cell(1, 0.30, 0.01, 0.5), self.cell(5, 0.20, 0.01, 0.8), self.cell(20, 0.10, 0.01, 0.9)]
         text = describe_peak(table, "unreal", 8000, "em")
         assert "highest at n = 1" in text and "no peak: it falls from the smallest n" in text
+        assert "against 0.100 at n = 20:" in text and "at n = 1 and" not in text  # the best end is not repeated
         rising = [self.cell(1, 0.10, 0.01, 0.5), self.cell(5, 0.20, 0.01, 0.8), self.cell(20, 0.30, 0.01, 0.9)]
         assert "no peak: it rises to the largest n" in describe_peak(rising, "unreal", 8000)
         assert "fewer than two" in describe_peak(table[:1], "unreal", 8000)

@@ -51,10 +51,10 @@ def describe_peak(table: list[dict], method: str, length: int, metric: str = "f1
         shape = "no peak within the 95% intervals"
     hits = "" if cells[0].get("f1_hit") is None or cells[-1].get("f1_hit") is None else (
         f", while F1 where the gold chunk was selected goes from {cells[0]['f1_hit']:.3f} to {cells[-1]['f1_hit']:.3f}")
+    others = [f"{v[0]:.3f} at n = {cells[i]['n']}" for i, v in ((0, first), (len(cells) - 1, last)) if i != best]
     return (f"{name(method)} at {label(length)} ({cells[0]['questions']} questions per cell): {metric} is highest at "
-            f"n = {cells[best]['n']} ({m:.3f}, 95% CI {lo:.3f}–{hi:.3f}) against {first[0]:.3f} at n = "
-            f"{cells[0]['n']} and {last[0]:.3f} at n = {cells[-1]['n']}: {shape}. Evidence recall goes from "
-            f"{cells[0]['recall']:.2f} to {cells[-1]['recall']:.2f} over the same n{hits}.")
+            f"n = {cells[best]['n']} ({m:.3f}, 95% CI {lo:.3f}–{hi:.3f}) against {' and '.join(others)}: {shape}. "
+            f"Evidence recall goes from {cells[0]['recall']:.2f} to {cells[-1]['recall']:.2f} over the same n{hits}.")
 
 
 def markdown(table: list[dict]) -> str:
