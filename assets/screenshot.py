@@ -2,7 +2,9 @@
 drives it (tests/ui/test_browser.py, which takes the same shots of the tiny-model app), saved to
 ``assets/screenshots/<tab>.png`` (the README shows them).
 
-    python assets/screenshot.py   (Debian's chromium and playwright; the app's model and the shipped index)
+    python assets/screenshot.py [topn ...]   (Debian's chromium and playwright; the app's model and the shipped index)
+
+With names (from SHOTS), only those shots are taken again.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ PORT = 7899
 HERE = Path(__file__).parent
 OUT = HERE / "screenshots"
 QUESTION = "What is the secret ingredient of the best pizza in Oakland?"
+SHOTS = ("long_document", "compare", "wikipedia", "topn", "intrinsic", "flops", "about")
 
 
 def tab(page, name: str):
@@ -39,7 +42,10 @@ def wait_answer(page, scope) -> None:
     time.sleep(5)  # let the stream finish
 
 
-def main() -> None:
+def main(names: list[str]) -> None:
+    if unknown := set(names) - set(SHOTS):
+        sys.exit(f"unknown shot {', '.join(sorted(unknown))}; choose from {', '.join(SHOTS)}")
+    wanted = set(names or SHOTS)
     OUT.mkdir(exist_ok=True)
     app = subprocess.Popen([sys.executable, str(HERE.parent / "app.py"), "--port", str(PORT)])
     try:
@@ -56,48 +62,57 @@ def main() -> None:
             page.goto(f"http://127.0.0.1:{PORT}")
             page.get_by_text("ready in").first.wait_for(timeout=300_000)
 
-            t = tab(page, "Long document")
-            doc = (HERE / "examples" / "needle_haystack.txt").read_text()
-            page.get_by_placeholder("Paste a long document…").fill(doc)
-            page.get_by_label("Question").fill(QUESTION)
-            page.get_by_role("button", name="Select evidence and answer").click()
-            page.locator(".unreal-card").first.wait_for(timeout=300_000)
-            wait_answer(page, t)
-            shoot(page, "long_document")
-            page.get_by_role("button", name="Compare methods", exact=True).click()
-            page.locator("a[href*='compare.json']").first.wait_for(timeout=600_000)
-            shoot(page, "compare")
+            if {"long_document", "compare"} & wanted:
+                t = tab(page, "Long document")
+                doc = (HERE / "examples" / "needle_haystack.txt").read_text()
+                page.get_by_placeholder("Paste a long document…").fill(doc)
+                page.get_by_label("Question").fill(QUESTION)
+                page.get_by_role("button", name="Select evidence and answer").click()
+                page.locator(".unreal-card").first.wait_for(timeout=300_000)
+                wait_answer(page, t)
+                if "long_document" in wanted:
+                    shoot(page, "long_document")
+                if "compare" in wanted:
+                    page.get_by_role("button", name="Compare methods", exact=True).click()
+                    page.locator("a[href*='compare.json']").first.wait_for(timeout=600_000)
+                    shoot(page, "compare")
 
-            t = tab(page, "Wikipedia")
-            t.get_by_label("Query", exact=True).fill("Who was the first president of the United States?")
-            t.get_by_role("button", name="Search").click()
-            t.locator(".unreal-card").first.wait_for(timeout=300_000)
-            t.get_by_role("button", name="Answer from the top 5").click()
-            wait_answer(page, t)
-            shoot(page, "wikipedia")
+            if "wikipedia" in wanted:
+                t = tab(page, "Wikipedia")
+                t.get_by_label("Query", exact=True).fill("Who was the first president of the United States?")
+                t.get_by_role("button", name="Search").click()
+                t.locator(".unreal-card").first.wait_for(timeout=300_000)
+                t.get_by_role("button", name="Answer from the top 5").click()
+                wait_answer(page, t)
+                shoot(page, "wikipedia")
 
-            t = tab(page, "Top-n trade-off")
-            t.locator(".js-plotly-plot").first.wait_for(timeout=60_000)
-            shoot(page, "topn")
+            if "topn" in wanted:
+                t = tab(page, "Top-n trade-off")
+                t.locator(".js-plotly-plot").first.wait_for(timeout=60_000)
+                shoot(page, "topn")
 
-            t = tab(page, "Intrinsic retrieval by layer")
-            t.get_by_label("Context").fill("Paris is the capital of France. " * 8 + "The fox jumps over the dog. " * 8)
-            t.get_by_label("Question").fill("What is the capital of France?")
-            t.get_by_role("button", name="Score every layer and head").click()
-            t.get_by_text("best rank").wait_for(timeout=300_000)
-            shoot(page, "intrinsic")
+            if "intrinsic" in wanted:
+                t = tab(page, "Intrinsic retrieval by layer")
+                t.get_by_label("Context").fill("Paris is the capital of France. " * 8
+                                               + "The fox jumps over the dog. " * 8)
+                t.get_by_label("Question").fill("What is the capital of France?")
+                t.get_by_role("button", name="Score every layer and head").click()
+                t.get_by_text("best rank").wait_for(timeout=300_000)
+                shoot(page, "intrinsic")
 
-            t = tab(page, "FLOPs & break-even")
-            t.get_by_text(re.compile(r"N\* =")).first.wait_for(timeout=60_000)
-            shoot(page, "flops")
+            if "flops" in wanted:
+                t = tab(page, "FLOPs & break-even")
+                t.get_by_text(re.compile(r"N\* =")).first.wait_for(timeout=60_000)
+                shoot(page, "flops")
 
-            t = tab(page, "About the head")
-            t.get_by_text("Head:").first.wait_for(timeout=60_000)
-            shoot(page, "about")
+            if "about" in wanted:
+                t = tab(page, "About the head")
+                t.get_by_text("Head:").first.wait_for(timeout=60_000)
+                shoot(page, "about")
             browser.close()
     finally:
         app.terminate()
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])
