@@ -19,7 +19,7 @@ class TestQaCurves:
         assert [t.name for t in lines] == ["BM25", "UNREAL"]
         assert list(lines[1].x) == [1, 5] and list(lines[1].y) == [0.15, 0.25]
         bands = [t for t in fig.data if t.fill == "toself"]
-        assert len(bands) == 2
+        assert len(bands) == 2 and {t.mode for t in bands} == {"lines"}  # a band draws no markers at its corners
         assert list(bands[1].x) == [1, 5, 5, 1] and list(bands[1].y) == [0.2, 0.3, 0.2, 0.1]  # high, then low back
 
     def test_bounds_are_flat_lines(self):

@@ -93,10 +93,7 @@ def dev_curve(log: Sequence[dict], questions: int | None = None) -> go.Figure:
     for metric, colour in (("dev_R@1", ACCENT), ("dev_R@10", "#3d5a80")):
         ys = [r[metric] for r in rows]
         if questions:
-            spans = [wilson(y, questions) for y in ys]
-            fig.add_scatter(x=[*xs, *xs[::-1]], y=[s[1] for s in spans] + [s[0] for s in spans][::-1],
-                            fill="toself", fillcolor=_rgba(colour, 0.15), line={"width": 0}, hoverinfo="skip",
-                            showlegend=False)
+            _band(fig, xs, [{metric: y, f"{metric}_ci": wilson(y, questions)} for y in ys], metric, colour, metric)
         fig.add_scatter(x=xs, y=ys, mode="lines+markers", name=metric.removeprefix("dev_"), line={"color": colour})
     band = f"; bands: 95% intervals over {questions} dev questions" if questions else ""
     return fig.update_layout(title=f"Dev recall against question visits{band}", xaxis_title="question visits",
@@ -194,8 +191,8 @@ def _band(fig: go.Figure, xs: Sequence[float], rows: Sequence[dict], metric: str
     if not spans or any(s is None or s[1] is None for s in spans):
         return
     fig.add_scatter(x=[*xs, *xs[::-1]], y=[s[2] for s in spans] + [s[1] for s in spans][::-1], fill="toself",
-                    fillcolor=_rgba(colour, 0.15), line={"width": 0}, hoverinfo="skip", showlegend=False,
-                    name=f"{name} 95% interval")
+                    mode="lines", fillcolor=_rgba(colour, 0.15), line={"width": 0}, hoverinfo="skip",
+                    showlegend=False, name=f"{name} 95% interval")  # lines: no marker at the band's corners
 
 
 def topn_curve(table: Sequence[dict], length: int, metric: str = "f1") -> go.Figure:

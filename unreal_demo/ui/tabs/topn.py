@@ -42,7 +42,7 @@ def describe_result(result: dict | None, name: str, loader: Loading) -> str:
         file, distractors, _ = RESULTS[name]
         return (f"No precomputed results for {name} yet: run `python -m unreal_demo bench longcontext "
                 f"--distractors {distractors} --out precomputed/{file}` or use the live run below.")
-    text = f"Precomputed: {result['setting']}. Command: `{made_by(result)}`."
+    text = f"Precomputed: {result['setting']}. Command: `{made_by(result)}`"
     if warning := head_mismatch(result, loader):
         text += f"\n\n⚠ {warning}"
     return text
