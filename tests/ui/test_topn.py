@@ -28,6 +28,7 @@ def test_the_cells_table_shows_what_each_cell_cost():
            "f1": [0.2, 0.1, 0.3], "contained": 0.3, "recall": 0.9, "prompt_tokens": 700, "answer_cpu_s": 6.5,
            "timed": 60, "retrieval_cpu_s": 0.4}
     bound = {"method": "oracle", "label": "8K", "n": None, "questions": 60, "fits": True}
-    frame = topn.summary_frame([row, bound, bound | {"method": "full"}])
+    frame = topn.summary_frame([bound, row | {"method": "bm25"}, bound | {"method": "full"}, row])
     assert frame.loc[0, "CPU s / answer"] == 6.5 and frame.loc[0, "selection CPU s"] == 0.4
-    assert list(frame["n"]) == [5, "—", "all"]  # a bound selects nothing; full context takes every chunk
+    assert list(frame["method"]) == ["unreal", "bm25", "full", "oracle"]  # the registry's order, bounds last
+    assert list(frame["n"]) == [5, 5, "all", "—"]  # a bound selects nothing; full context takes every chunk
