@@ -13,12 +13,17 @@ from .qa import BOUNDS
 from .retrieval import estimate
 
 ORDER = {m: i for i, m in enumerate(METHODS)}
+
+
+def rank(method: str) -> int:
+    """A method's place in the registry's order (tables, curves, colours); methods outside it come last."""
+    return ORDER.get(method, len(ORDER))
 SHORT = {"unreal": "UNREAL", "bm25": "BM25"}
 
 
 def curve_methods(table: list[dict]) -> list[str]:
     """The methods with a curve, i.e. rows at some n (UNREAL, BM25, dense, …), in the registry's order."""
-    return sorted({r["method"] for r in table if r["n"] is not None}, key=lambda m: (ORDER.get(m, len(ORDER)), m))
+    return sorted({r["method"] for r in table if r["n"] is not None}, key=lambda m: (rank(m), m))
 
 
 def name(method: str) -> str:

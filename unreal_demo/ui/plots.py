@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import pandas as pd
 import plotly.graph_objects as go
 
-from ..evaluation.longcontext_report import ORDER, curve_methods
+from ..evaluation.longcontext_report import curve_methods, rank
 from ..evaluation.longcontext_report import name as method_name
 from ..evaluation.qa import BOUNDS
 from ..evaluation.retrieval import estimate
@@ -19,7 +19,7 @@ CURVE_COLOURS = (ACCENT, "#3d5a80", "#17a398", "#f3a712", "#8e5572", "#5c946e", 
 
 def method_colour(method: str) -> str:
     """One colour per retrieval method, the same in every figure whichever methods a result holds."""
-    return CURVE_COLOURS[ORDER.get(method, len(ORDER)) % len(CURVE_COLOURS)]
+    return CURVE_COLOURS[rank(method) % len(CURVE_COLOURS)]
 
 
 def _preview(text: str, words: int = 12) -> str:

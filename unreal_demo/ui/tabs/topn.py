@@ -9,7 +9,7 @@ import pandas as pd
 
 from ...errors import UserError
 from ...evaluation.longcontext import DISTRACTORS, label
-from ...evaluation.longcontext_report import ORDER, curve_methods, describe_peak
+from ...evaluation.longcontext_report import curve_methods, describe_peak, rank
 from ...evaluation.results import head_mismatch, made_by
 from ...pipeline import Loading
 from ...settings import PRECOMPUTED
@@ -54,7 +54,7 @@ def summary_frame(table: list[dict]) -> pd.DataFrame:
     def n(r: dict) -> int | str:
         return r["n"] if r["n"] is not None else "all" if r["method"] == "full" else "—"
 
-    table = sorted(table, key=lambda r: (ORDER.get(r["method"], len(ORDER)), r.get("length", 0), r["n"] or 0))
+    table = sorted(table, key=lambda r: (rank(r["method"]), r.get("length", 0), r["n"] or 0))
     rows = [{"method": r["method"], "length": r["label"], "n": n(r),
              "questions": r["questions"], "EM": r.get("em"), "F1": r["f1"][0] if "f1" in r else None,
              "contained": r.get("contained"), "evidence recall": r.get("recall"),
