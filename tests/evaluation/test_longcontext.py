@@ -338,3 +338,36 @@ def test_hard_distractors_interleave_the_article_and_bm25_neighbours():
     assert out[0] == article[0] and out[2] == article[1]  # the article first in BM25 order, pool neighbours between
     assert set(out[1::2]) <= set(pool) and len(out) == len(set(out)) == 4
     assert hard_distractors("zebra", [], BM25(pool), pool, k=2)[0] in pool[1:3]
+
+
+def test_one_length_as_the_qa_table_agrees_with_eval_qa():
+    """The same per-question scores through ``bench longcontext``'s summary and through ``eval qa``'s own."""
+    from unreal_demo.evaluation import qa as qa_eval
+    from unreal_demo.evaluation.longcontext_report import qa_table
+
+    scores = {("none", None): [(0, 0.0, 0), (0, 0.2, 0)], ("oracle", None): [(1, 1.0, 1), (0, 0.6, 1)],
+              ("bm25", 1): [(1, 0.5, 1), (0, 0.3, 0)], ("bm25", 3): [(1, 0.8, 1), (1, 0.8, 1)],
+              ("unreal", 1): [(0, 0.4, 1), (0, 0.1, 1)], ("unreal", 3): [(1, 0.9, 1), (0, 0.2, 0)]}
+
+    def row(em, f, hit):
+        return {"em": float(em), "f1": f, "contained": float(em), "recall": float(hit), "prompt_tokens": 10}
+
+    flat = [{"method": m, "length": 2000, "n": n, "fits": True} | row(*s) for (m, n), ss in scores.items() for s in ss]
+    ours = qa_table(summarize(flat), 2000)
+    theirs = qa_eval.summarize([{"method": m, "k": n or 1, "seconds": 0, "rows": [row(*s) for s in ss]}
+                                for (m, n), ss in scores.items()])
+    assert [(r["key"], r["k"]) for r in ours] == [("none", None), ("oracle", None), ("unreal", 1), ("bm25", 1),
+                                                  ("unreal", 3), ("bm25", 3)]  # bounds, then by k, UNREAL first
+    by = {(r["key"], r["k"]): r for r in theirs}
+    for r in ours:
+        want = by[r["key"], r["k"]]
+        for field in ("method", "questions", "em", "contained", "contained_ci", "recall"):
+            assert r[field] == want[field], (r["key"], field)
+        for field in ("f1_gap_closed", "em_gap_closed"):
+            assert r[field] == pytest.approx(want[field], abs=1e-3)
+        assert r["f1"] == pytest.approx(want["f1"], abs=1e-4)
+    text = markdown(summarize(flat))
+    assert "As the downstream QA table (k = n chunks selected from each 2K context" in text
+    assert "| UNREAL (trained head) | 3 | 0.500 | 0.550 |" in text
+    assert "As the downstream QA table" not in markdown(summarize([r | {"length": 8000} for r in flat] + flat))
+    assert "As the downstream QA table" not in markdown(summarize([r for r in flat if r["method"] != "oracle"]))

@@ -26,6 +26,23 @@ class TestQaCurves:
         fig = plots.qa_curves(QA)
         assert sorted(s.y0 for s in fig.layout.shapes) == [0.1, 0.4]
 
+    def test_a_method_keeps_its_colour_and_the_axis_says_where_chunks_come_from(self):
+        fig = plots.qa_curves([r for r in QA if r["key"] != "bm25"], source="selected from the context")
+        (unreal,) = (t for t in fig.data if t.mode == "lines+markers")
+        assert unreal.line.color == plots.method_colour("unreal")
+        assert fig.layout.xaxis.title.text == "k (chunks selected from the context)"
+
+    def test_both_result_forms_give_the_qa_rows(self):
+        from unreal_demo.evaluation.longcontext_report import qa_table
+        from unreal_demo.ui.tabs.wikipedia import qa_rows
+
+        cells = [{"method": m, "length": 2000, "n": n, "questions": 2, "em": 0.0, "em_ci": (0, 1),
+                  "f1": (f, 0, 1), "contained": f, "contained_ci": (0, 1), "recall": 1.0, "prompt_tokens": 9}
+                 for m, n, f in (("none", None, 0.1), ("oracle", None, 0.5), ("unreal", 1, 0.3))]
+        assert qa_rows({"distractors": "same-topic", "table": cells}) == qa_table(cells, 2000)
+        old = {"k": 5, "table": [{"method": "BM25", "key": "bm25"}, {"method": "none", "key": "none"}]}
+        assert [r["k"] for r in qa_rows(old)] == [5, None]  # one k for a whole older table; bounds retrieve nothing
+
 
 class TestTopnCurve:
     def test_mean_and_interval_triples_become_bands(self):

@@ -245,13 +245,14 @@ def length_curve(table: Sequence[dict], metric: str = "f1") -> go.Figure:
                              margin={"t": 50, "b": 40}, legend={"orientation": "h", "y": -0.25})
 
 
-def qa_curves(table: Sequence[dict], metric: str = "contained") -> go.Figure:
-    """Downstream QA ``metric`` against k for each retriever, 95% bands; the two bounds as flat lines."""
+def qa_curves(table: Sequence[dict], metric: str = "contained", source: str = "from the index") -> go.Figure:
+    """Downstream QA ``metric`` against k for each retriever, 95% bands; the two bounds as flat lines.
+
+    ``source`` says where the k chunks come from (the x-axis title)."""
     fig = go.Figure()
-    colours = iter(CURVE_COLOURS)
     for key in dict.fromkeys(r["key"] for r in table if r.get("k")):
         rows = sorted((r for r in table if r["key"] == key and r.get("k")), key=lambda r: r["k"])
-        xs, colour = [r["k"] for r in rows], next(colours, MUTED)
+        xs, colour = [r["k"] for r in rows], method_colour(key)
         _band(fig, xs, rows, metric, colour, rows[0]["method"])
         fig.add_scatter(x=xs, y=[_metric(r, metric) for r in rows], mode="lines+markers", name=rows[0]["method"],
                         line={"color": colour})
@@ -259,7 +260,7 @@ def qa_curves(table: Sequence[dict], metric: str = "contained") -> go.Figure:
         if not r.get("k"):
             fig.add_hline(y=_metric(r, metric), line_dash="dash", line_color=MUTED, annotation_text=r["method"])
     return fig.update_layout(title=f"Downstream QA: answer {metric} against k (bands: 95% intervals)",
-                             xaxis_title="k (chunks from the index)", xaxis_type="log", yaxis_title=metric,
+                             xaxis_title=f"k (chunks {source})", xaxis_type="log", yaxis_title=metric,
                              yaxis_rangemode="tozero", height=380, margin={"t": 50, "b": 40},
                              legend={"orientation": "h", "y": -0.25})
 

@@ -15,6 +15,7 @@ from ...core.encoding import MAX_TOKENS
 from ...core.generation import prompt_ids, stream_answer
 from ...data.sources import load_corpus
 from ...errors import UserError
+from ...evaluation.longcontext_report import qa_table
 from ...evaluation.qa import BOUNDS
 from ...evaluation.results import head_mismatch, made_by
 from ...pipeline import Explorer, Loading
@@ -39,27 +40,47 @@ def _hits_table(result: dict, bm25_rank: dict[int, int]) -> pd.DataFrame:
                          for h in result["hits"]], columns=HIT_COLUMNS)
 
 
-def qa_panel(loader: Loading | None = None) -> None:
-    """The precomputed downstream QA table and its EM/F1 bars."""
-    path = PRECOMPUTED / "qa.json"
-    if not path.exists():
-        gr.Markdown("No downstream QA result yet: run `python -m unreal_demo eval qa --out precomputed/qa.json`.")
-        return
-    data = json.loads(path.read_text())
+# The precomputed downstream QA results: title -> (file in precomputed/, where the k chunks come from, command)
+QA_RESULTS = {"top-k from the index": ("qa.json", "from the index", "eval qa --sample 300 --k 1,3,5,10"),
+              "top-n of same-topic 2K contexts": (
+                  "qa_same_topic.json", "selected from the context",
+                  "bench longcontext --sample 300 --lengths 2K --n 1,3,5,10 --methods none,oracle,unreal,bm25 "
+                  "--distractors same-topic")}
+
+
+def qa_rows(data: dict) -> list[dict]:
+    """The QA table of a result: ``eval qa``'s own rows, or a one-length ``bench longcontext`` result's cells as
+    the same table (k = n)."""
+    if "distractors" in data:  # a long-context result
+        return qa_table(data["table"], min(r["length"] for r in data["table"]))
     # older results hold one k for the whole table; the bounds (no context, oracle) retrieve nothing
-    rows = [{"k": None if r.get("key") in BOUNDS else data["k"]} | r for r in data["table"]]
-    table = pd.DataFrame([{"method": r["method"], "k": r["k"], "EM": r["em"], "F1": r["f1"][0],
-                           "F1 95% CI": f"{r['f1'][1]:.2f}–{r['f1'][2]:.2f}", "answer contained": r["contained"],
-                           "evidence recall@k": r["recall"], "F1 gap closed": r.get("f1_gap_closed")}
-                          for r in rows]).astype({"k": "Int64"})
-    gr.Markdown(f"{data['setting']}\n\n`{made_by(data)}`")
-    if loader is not None and (warning := head_mismatch(data, loader)):
-        gr.Markdown(f"⚠ {warning}", elem_classes=["unreal-notice"])
-    gr.Dataframe(table)
-    gr.Plot(plots.qa_curves(rows))
+    return [{"k": None if r.get("key") in BOUNDS else data["k"]} | r for r in data["table"]]
+
+
+def qa_panel(loader: Loading | None = None) -> None:
+    """The precomputed downstream QA tables (from the index; from same-topic contexts) and their curves."""
+    with gr.Tabs():
+        for title, (file, source, command) in QA_RESULTS.items():
+            with gr.Tab(title):
+                path = PRECOMPUTED / file
+                if not path.exists():
+                    gr.Markdown(f"No result yet: run `python -m unreal_demo {command} --out precomputed/{file}`.")
+                    continue
+                data = json.loads(path.read_text())
+                rows = qa_rows(data)
+                table = pd.DataFrame([{"method": r["method"], "k": r["k"], "EM": r["em"], "F1": r["f1"][0],
+                                       "F1 95% CI": f"{r['f1'][1]:.2f}–{r['f1'][2]:.2f}",
+                                       "answer contained": r["contained"], "evidence recall@k": r["recall"],
+                                       "F1 gap closed": r.get("f1_gap_closed")} for r in rows]).astype({"k": "Int64"})
+                gr.Markdown(f"{data['setting']}\n\n`{made_by(data)}`")
+                if loader is not None and (warning := head_mismatch(data, loader)):
+                    gr.Markdown(f"⚠ {warning}", elem_classes=["unreal-notice"])
+                gr.Dataframe(table)
+                gr.Plot(plots.qa_curves(rows, source=source))
     gr.Markdown("*What to look for:* the retrieval rows between the two bounds, no context and oracle; "
                 "“F1 gap closed” is the share of that gap each retriever closes. Evidence recall says how often "
-                "the gold paragraph was among the chunks at all.")
+                "the gold paragraph was among the chunks at all. From the index, the k chunks compete with 20,354 "
+                "others; in a same-topic context, with the gold's own article and its nearest pool passages.")
 
 
 def describe(index: ix.Index) -> str:
@@ -119,7 +140,7 @@ def build_tab(loader: Loading) -> Ready:
                            "underlined.</p>")
     answer_btn = gr.Button("Answer from the top 5", interactive=False)
     answer = gr.Textbox(label="Answer (streamed)", lines=3, placeholder="Search, then answer from the top 5 hits.")
-    with gr.Accordion("Downstream QA: each retriever's top-5, same LLM (the paper's Table 1)", open=False):
+    with gr.Accordion("Downstream QA: each retriever's top-k, same LLM (the paper's Table 1)", open=False):
         qa_panel(loader)
 
     def open_index(name: str, progress=gr.Progress()):  # noqa: B008 (Gradio's idiom)
