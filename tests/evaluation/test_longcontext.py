@@ -371,3 +371,24 @@ def test_one_length_as_the_qa_table_agrees_with_eval_qa():
     assert "| UNREAL (trained head) | 3 | 0.500 | 0.550 |" in text
     assert "As the downstream QA table" not in markdown(summarize([r | {"length": 8000} for r in flat] + flat))
     assert "As the downstream QA table" not in markdown(summarize([r for r in flat if r["method"] != "oracle"]))
+
+
+@pytest.mark.parametrize(("a_only", "b_only", "both", "neither"), [(25, 11, 150, 114), (0, 0, 3, 1), (7, 2, 0, 0),
+                                                                   (1, 12, 40, 5)])
+def test_paired_recall_is_mcnemars_exact_test(a_only, b_only, both, neither):
+    """Counts by hand; p against scipy's exact binomial test, the independent reference."""
+    from unreal_demo.evaluation.longcontext_report import recall_pairs
+
+    stats = pytest.importorskip("scipy.stats")
+    split = [(1, 0)] * a_only + [(0, 1)] * b_only + [(1, 1)] * both + [(0, 0)] * neither
+    rows = [{"id": i, "length": 8000, "n": 3, "method": m, "recall": float(hit)}
+            for i, pair in enumerate(split) for m, hit in zip(("unreal", "bm25"), pair, strict=True)]
+    rows.append({"id": "x", "length": 8000, "n": 3, "method": "unreal", "recall": 1.0})  # BM25 not run on it
+    rows.append({"id": 0, "length": 8000, "n": None, "method": "oracle", "recall": 1.0})  # a bound: no pair
+    (got,) = recall_pairs(rows)
+    assert (got["a_only"], got["b_only"]) == (a_only, b_only)
+    want = stats.binomtest(a_only, a_only + b_only).pvalue if a_only + b_only else 1.0
+    assert got["p"] == pytest.approx(want, abs=1e-4)
+    table = summarize([r | {"fits": True, "em": 0.0, "f1": 0.1, "contained": 0.0, "prompt_tokens": 9} for r in rows])
+    assert f"| 8K | {a_only} / {b_only} (p {got['p']:.3f}) |" in markdown(table, rows)
+    assert "McNemar" not in markdown(table)

@@ -254,7 +254,7 @@ def run_benchmark(explorer, sample: int, lengths: Sequence[int], ns: Sequence[in
                        "summaries, Paul Graham essays, a Gutenberg novel); model "
                        f"{explorer.backbone.name}, head {explorer.head_source}; prompt {DEFAULT_PROMPT}, greedy, "
                        f"{ANSWER_RULE.name}{part}{left}",
-            "wall_seconds": round(time.perf_counter() - t0, 1), "markdown": markdown(partial["table"]),
+            "wall_seconds": round(time.perf_counter() - t0, 1), "markdown": markdown(partial["table"], partial["rows"]),
         }
         return write_result(result, out, explorer)
 
