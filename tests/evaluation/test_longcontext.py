@@ -388,7 +388,7 @@ def test_paired_recall_is_mcnemars_exact_test(a_only, b_only, both, neither):
     (got,) = recall_pairs(rows)
     assert (got["a_only"], got["b_only"]) == (a_only, b_only)
     want = stats.binomtest(a_only, a_only + b_only).pvalue if a_only + b_only else 1.0
-    assert got["p"] == pytest.approx(want, abs=1e-4)
+    assert got["p"] == pytest.approx(want, rel=5e-3)
     table = summarize([r | {"fits": True, "em": 0.0, "f1": 0.1, "contained": 0.0, "prompt_tokens": 9} for r in rows])
-    assert f"| 8K | {a_only} / {b_only} (p {got['p']:.3f}) |" in markdown(table, rows)
+    assert f"| 8K | {a_only} / {b_only} (p {got['p']:.2g}) |" in markdown(table, rows)
     assert "McNemar" not in markdown(table)

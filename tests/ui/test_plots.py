@@ -26,6 +26,14 @@ class TestQaCurves:
         fig = plots.qa_curves(QA)
         assert sorted(s.y0 for s in fig.layout.shapes) == [0.1, 0.4]
 
+    def test_every_registry_method_its_own_colour_an_old_spelling_its_new_ones(self):
+        from unreal_demo.retrieval.registry import METHODS
+
+        colours = [plots.method_colour(m) for m in METHODS]
+        assert len(set(colours)) == len(colours) and plots.MUTED not in colours
+        assert plots.method_colour("hybrid") == plots.method_colour("hybrid-rrf")
+        assert plots.method_colour("not-a-method") == plots.MUTED
+
     def test_a_method_keeps_its_colour_and_the_axis_says_where_chunks_come_from(self):
         fig = plots.qa_curves([r for r in QA if r["key"] != "bm25"], source="selected from the context")
         (unreal,) = (t for t in fig.data if t.mode == "lines+markers")
@@ -36,10 +44,14 @@ class TestQaCurves:
         from unreal_demo.evaluation.longcontext_report import qa_table
         from unreal_demo.ui.tabs.wikipedia import qa_rows
 
-        cells = [{"method": m, "length": 2000, "n": n, "questions": 2, "em": 0.0, "em_ci": (0, 1),
+        cells = [{"method": m, "length": 2000, "n": n, "questions": 2, "fits": True, "em": 0.0, "em_ci": (0, 1),
                   "f1": (f, 0, 1), "contained": f, "contained_ci": (0, 1), "recall": 1.0, "prompt_tokens": 9}
                  for m, n, f in (("none", None, 0.1), ("oracle", None, 0.5), ("unreal", 1, 0.3))]
         assert qa_rows({"distractors": "same-topic", "table": cells}) == qa_table(cells, 2000)
+        assert [r["key"] for r in qa_table(cells[::-1], 2000)] == ["none", "oracle", "unreal"]  # bounds first, fixed
+        part = cells[:2] + [cells[2] | {"fits": False}]  # some prompts past the window: scores of fewer questions
+        assert [r["key"] for r in qa_table(part, 2000)] == ["none", "oracle"]
+        assert qa_rows({"distractors": "pool", "table": []}) == []
         old = {"k": 5, "table": [{"method": "BM25", "key": "bm25"}, {"method": "none", "key": "none"}]}
         assert [r["k"] for r in qa_rows(old)] == [5, None]  # one k for a whole older table; bounds retrieve nothing
 

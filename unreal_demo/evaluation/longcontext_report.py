@@ -129,7 +129,7 @@ def markdown(table: list[dict], rows: list[dict] | None = None) -> str:
                   "", "| length | " + " | ".join(f"n={n}" for n in ns) + " |", "|---|" + "---|" * len(ns)]
         for length in lengths:
             got = {q["n"]: q for q in pairs if q["length"] == length}
-            cells = [f"{got[n]['a_only']} / {got[n]['b_only']} (p {got[n]['p']:.3f})" if n in got else "–" for n in ns]
+            cells = [f"{got[n]['a_only']} / {got[n]['b_only']} (p {got[n]['p']:.2g})" if n in got else "–" for n in ns]
             lines.append(f"| {label(length)} | " + " | ".join(cells) + " |")
     qa = qa_table(table, lengths[0]) if len(lengths) == 1 else []
     if set(BOUNDS) <= {r["key"] for r in qa}:
@@ -142,10 +142,13 @@ def qa_table(table: list[dict], length: int) -> list[dict]:
     """The cells at ``length`` as downstream QA rows (:func:`qa.summarize`'s form, k = n): the bounds first, then
     each method at each n; the share of the bounds' F1 and EM gap each closes where both bounds were measured.
 
-    Full context is left out (it selects no k); a cell that does not fit the window has no scores and is left out.
+    Full context is left out (it selects no k), and so is a cell whose prompts do not all fit the window (its
+    scores would cover fewer questions than the bounds').
     """
-    cells = sorted((r for r in table if r["length"] == length and "f1" in r and r["method"] != "full"),
-                   key=lambda r: (r["n"] or 0, rank(r["method"])))
+    bounds = list(BOUNDS)
+    cells = sorted((r for r in table if r["length"] == length and "f1" in r and r["fits"] and r["method"] != "full"),
+                   key=lambda r: (r["n"] or 0, bounds.index(r["method"]) if r["method"] in BOUNDS else len(bounds),
+                                  rank(r["method"])))
     bound = {r["method"]: r for r in cells if r["method"] in BOUNDS}
     out = []
     for r in cells:
@@ -182,7 +185,8 @@ def recall_pairs(rows: list[dict], a: str = "unreal", b: str = "bm25") -> list[d
 
     ``a_only`` / ``b_only`` count the questions whose gold chunk only ``a`` / only ``b`` selected; ``p`` is the
     exact two-sided sign test on that split (McNemar's exact test: the questions both or neither found carry no
-    information about which method finds more).
+    information about which method finds more), to three significant figures. Only answers whose prompt fits the
+    window count, as in the summary's recall.
 
     >>> rows = [{"id": i, "length": 2000, "n": 1, "method": m, "recall": float(m == "unreal" or i == 0)}
     ...         for i in range(6) for m in ("unreal", "bm25")]
@@ -191,7 +195,7 @@ def recall_pairs(rows: list[dict], a: str = "unreal", b: str = "bm25") -> list[d
     """
     found: dict[tuple, dict[str, float]] = {}
     for r in rows:
-        if r["method"] in (a, b) and r.get("n") is not None:
+        if r["method"] in (a, b) and r.get("n") is not None and r.get("fits", True):
             found.setdefault((r["length"], r["n"], r["id"]), {})[r["method"]] = r["recall"]
     split: dict[tuple, list[int]] = {}
     for (length, n, _), got in found.items():
@@ -202,5 +206,5 @@ def recall_pairs(rows: list[dict], a: str = "unreal", b: str = "bm25") -> list[d
     out = []
     for (length, n), (x, y) in sorted(split.items()):
         tail = sum(comb(x + y, i) for i in range(min(x, y) + 1)) / 2 ** (x + y)
-        out.append({"length": length, "n": n, "a_only": x, "b_only": y, "p": round(min(1.0, 2 * tail), 4)})
+        out.append({"length": length, "n": n, "a_only": x, "b_only": y, "p": float(f"{min(1.0, 2 * tail):.3g}")})
     return out

@@ -7,19 +7,22 @@ from collections.abc import Sequence
 import pandas as pd
 import plotly.graph_objects as go
 
-from ..evaluation.longcontext_report import curve_methods, rank
+from ..evaluation.longcontext_report import ORDER, curve_methods, rank
 from ..evaluation.longcontext_report import name as method_name
 from ..evaluation.qa import BOUNDS
 from ..evaluation.retrieval import estimate
 from ..pipeline import Ranking
+from ..retrieval.registry import canonical
 
 ACCENT, MUTED = "#e4572e", "#9aa5b1"
 CURVE_COLOURS = (ACCENT, "#3d5a80", "#17a398", "#f3a712", "#8e5572", "#5c946e", "#b56576", "#2a9d8f")
 
 
 def method_colour(method: str) -> str:
-    """One colour per retrieval method, the same in every figure whichever methods a result holds."""
-    return CURVE_COLOURS[rank(method) % len(CURVE_COLOURS)]
+    """One colour per retrieval method, the same in every figure whichever methods a result holds (an old
+    spelling as its registry name; a method outside the registry grey)."""
+    place = rank(canonical(method))
+    return CURVE_COLOURS[place] if place < min(len(ORDER), len(CURVE_COLOURS)) else MUTED
 
 
 def _preview(text: str, words: int = 12) -> str:

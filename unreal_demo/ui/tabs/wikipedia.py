@@ -1,5 +1,6 @@
 """Tab "Wikipedia": build or load a corpus index, search it with any method next to BM25, answer from the
-top 5, and the downstream QA table (the paper's Table 1 on our data)."""
+top 5, and the downstream QA tables (the paper's Table 1 on our data: top-k from the index, and top-n of
+same-topic contexts)."""
 
 from __future__ import annotations
 
@@ -51,8 +52,8 @@ QA_RESULTS = {"top-k from the index": ("qa.json", "from the index", "eval qa --s
 def qa_rows(data: dict) -> list[dict]:
     """The QA table of a result: ``eval qa``'s own rows, or a one-length ``bench longcontext`` result's cells as
     the same table (k = n)."""
-    if "distractors" in data:  # a long-context result
-        return qa_table(data["table"], min(r["length"] for r in data["table"]))
+    if "distractors" in data:  # a long-context result (QA_RESULTS names one-length runs): its shortest length
+        return qa_table(data["table"], min(r["length"] for r in data["table"])) if data["table"] else []
     # older results hold one k for the whole table; the bounds (no context, oracle) retrieve nothing
     return [{"k": None if r.get("key") in BOUNDS else data["k"]} | r for r in data["table"]]
 
@@ -67,7 +68,10 @@ def qa_panel(loader: Loading | None = None) -> None:
                     gr.Markdown(f"No result yet: run `python -m unreal_demo {command} --out precomputed/{file}`.")
                     continue
                 data = json.loads(path.read_text())
-                rows = qa_rows(data)
+                if not (rows := qa_rows(data)):
+                    gr.Markdown(f"`precomputed/{file}` holds no scored rows: run `python -m unreal_demo {command} "
+                                f"--out precomputed/{file}` again.")
+                    continue
                 table = pd.DataFrame([{"method": r["method"], "k": r["k"], "EM": r["em"], "F1": r["f1"][0],
                                        "F1 95% CI": f"{r['f1'][1]:.2f}–{r['f1'][2]:.2f}",
                                        "answer contained": r["contained"], "evidence recall@k": r["recall"],
