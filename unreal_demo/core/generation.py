@@ -47,37 +47,79 @@ SHOT_ARTICLES = ("Super_Bowl_50", "Normans")
 EXTRACT = "Copy the shortest phrase of the context that answers the question. Reply with that phrase only."
 PROMPTS = {p.name: p for p in (Prompt("instruction"), Prompt("two-shot", shots=SHOTS),
                                Prompt("two-shot-extract", instruction=EXTRACT, shots=SHOTS))}
-SENTENCE_END = re.compile(r"(?<=[.!?])\s|\n")
+# A sentence ends at . ! ? or … (closing quotes or brackets may follow) before white space and a next word that
+# does not start in lower case, or at a blank line (a paragraph break). A single line break is not an end: licences,
+# e-mails and Gutenberg texts are hard-wrapped, and an answer copied from them carries their line breaks.
+_STOP = re.compile(r"[.!?…][\"'”’)\]]*(?=\s)|\n[ \t\r]*\n")
+# A period after these is no sentence end: an initial or a dotted abbreviation (J. R. R., U.S., e.g., p.m.), a
+# short abbreviation (Dr., etc.), or a number opening a line (a list item "1. ").
+_NOT_AN_END = re.compile(r"(?:\b[A-Za-z]|\b(?:Mr|Mrs|Ms|Dr|Prof|St|Jr|Sr|vs|etc|cf|al|approx|Inc|Ltd|Co|Corp|Mt|Gen|"
+                         r"Col|Lt)|(?:^|\n)\s*\d{1,3})$")
+
+
+def unwrap(text: str) -> str:
+    """``text`` with its hard line breaks and runs of white space made single spaces.
+
+    >>> unwrap("you must comply with the requirements of this\\nLicense.")
+    'you must comply with the requirements of this License.'
+    """
+    return " ".join(text.split())
 
 
 def first_sentence(text: str) -> str | None:
-    """``text`` up to the end of its first sentence or line, or ``None`` while that end has not come.
+    """``text`` up to the end of its first sentence (unwrapped), or ``None`` while that end has not come.
+
+    An end is sentence punctuation before white space and a word that does not start in lower case, or a blank
+    line; a line break alone is not one, nor a period after an initial, a short abbreviation or a list number.
+    Once a prefix of a text has a first sentence, every longer text has the same one, so a greedy answer
+    stopped there is exactly its longer run cut here.
 
     >>> first_sentence("Denver Broncos won. They")
     'Denver Broncos won.'
-    >>> first_sentence("January 29, 19") is None
+    >>> first_sentence("you must comply with the requirements of this\\nLicense. Corresponding")
+    'you must comply with the requirements of this License.'
+    >>> first_sentence("It was signed by George W. Bush in 2001") is None
     True
     """
     text = text.lstrip()
-    end = SENTENCE_END.search(text)
-    return None if end is None else text[:end.start()]
+    for end in _STOP.finditer(text):
+        if end.group().isspace():  # a blank line
+            return unwrap(text[:end.start()])
+        if text[end.start()] == "." and _NOT_AN_END.search(text, 0, end.start()):
+            continue
+        rest = text[end.end():].lstrip()
+        if not rest:
+            return None  # the next word decides
+        if not rest[0].islower():
+            return unwrap(text[:end.end()])
+    return None
+
+
+def complete(text: str) -> bool:
+    """Whether ``text`` ends as a sentence does (. ! ? or …, closing quotes or brackets allowed)."""
+    return re.search(r"[.!?…][\"'”’)\]]*\s*$", text) is not None
 
 
 @dataclass(frozen=True)
 class AnswerRule:
     """How far a greedy answer grows: at most ``budget`` new tokens and, with ``first_sentence``, no
-    further than the end of its first sentence (:func:`first_sentence`)."""
+    further than the end of its first sentence (:func:`first_sentence`), its line breaks unwrapped."""
 
     budget: int = 48
     first_sentence: bool = True
 
     @property
     def name(self) -> str:
-        return f"{self.budget} tokens" + (", first sentence" if self.first_sentence else "")
+        return f"{self.budget} tokens" + (", first sentence by punctuation" if self.first_sentence else "")
+
+    @property
+    def limit(self) -> str:
+        """The rule in words, for the screen: ``"one sentence, at most 48 tokens"``."""
+        return ("one sentence, " if self.first_sentence else "") + f"at most {self.budget} tokens"
 
     def cut(self, text: str) -> str:
         """An answer that ran ``budget`` tokens without the stop, as this rule would have ended it."""
-        return (first_sentence(text) if self.first_sentence else None) or text.strip()
+        return (first_sentence(text) or unwrap(text)) if self.first_sentence else text.strip()
 
 
 # Both chosen together on SQuAD dev (F1, ties by "contained"): precomputed/prompt_choice.json, made by
@@ -88,12 +130,19 @@ ANSWER_RULE = AnswerRule(48, first_sentence=True)
 
 @dataclass
 class Generation:
-    """A (partial) answer and its timings in seconds."""
+    """A (partial) answer and its timings in seconds.
+
+    Attributes
+    ----------
+    stop : why the answer ended (set on the last one): ``"sentence"`` (the first sentence ended), ``"eos"``
+        (the model ended it) or ``"budget"`` (the token budget ran out; the text may end inside a sentence).
+    """
 
     text: str = ""
     tokens: int = 0
     prompt_tokens: int = 0
     timings: dict = field(default_factory=dict)
+    stop: str | None = None
 
 
 def _user_turn(instruction: str, context: str, question: str) -> str:
@@ -143,8 +192,9 @@ def stream_answer(backbone: Backbone, ids: list[int], max_new_tokens: int = ANSW
                   first_sentence_only: bool = ANSWER_RULE.first_sentence) -> Iterator[Generation]:
     """Greedy decoding, yielding the growing answer after every token.
 
-    With ``first_sentence_only`` decoding stops once the first sentence (or line) has ended; the
-    answer is then that sentence, exactly :meth:`AnswerRule.cut` of the unstopped answer.
+    With ``first_sentence_only`` decoding stops once the first sentence has ended (:func:`first_sentence`:
+    punctuation or a blank line, not a line break); the answer is then that sentence, exactly
+    :meth:`AnswerRule.cut` of the unstopped answer. The last :class:`Generation` says why it ended (``stop``).
 
     The first :class:`Generation` carries ``timings["prefill"]`` (forward over the prompt)
     and ``timings["first_token"]``; the last one ``timings["decode"]`` as well.
@@ -159,22 +209,22 @@ def stream_answer(backbone: Backbone, ids: list[int], max_new_tokens: int = ANSW
     out = Generation(prompt_tokens=len(ids))
     out.timings["prefill"] = time.perf_counter() - t0
     generated: list[int] = []
+    out.stop = "budget"
     for _ in range(max_new_tokens):
         nxt = int(logits[0, -1].argmax())
         if nxt in stops:
+            out.stop = "eos"
             break
         generated.append(nxt)
         if len(generated) == 1:
             out.timings["first_token"] = time.perf_counter() - t0
         out.text, out.tokens = backbone.tokenizer.decode(generated, skip_special_tokens=True), len(generated)
-        done = first_sentence(out.text) if first_sentence_only else None
-        if done is not None:
-            out.text = done
+        if first_sentence_only and first_sentence(out.text) is not None:
+            out.stop = "sentence"
             break
         yield out
         logits = model(input_ids=torch.tensor([[nxt]], device=dev), cache=cache, use_cache=True).logits
     out.timings.setdefault("first_token", time.perf_counter() - t0)
     out.timings["decode"] = time.perf_counter() - t0
-    out.text = out.text.strip()
+    out.text = AnswerRule(max_new_tokens, first_sentence_only).cut(out.text)
     yield out
-

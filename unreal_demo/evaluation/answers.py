@@ -93,8 +93,10 @@ class AnswerCache:
     def key(backbone, ids: list[int], rule: AnswerRule | None = None) -> str:
         """The cache key of the greedy answer to the prompt ``ids`` under ``rule`` (default :data:`ANSWER_RULE`)."""
         rule = rule or ANSWER_RULE
+        # a first-sentence answer is keyed by its rule's name, so that answers an earlier rule cut (at any line
+        # break, before 2026-12-05) are not taken for this rule's
         parts = [backbone.numerics, rule.budget, ids] if not rule.first_sentence else \
-            [backbone.numerics, rule.budget, "first sentence", ids]
+            [backbone.numerics, rule.budget, rule.name, ids]
         return hashlib.sha1(json.dumps(parts).encode()).hexdigest()
 
     def get(self, backbone, ids: list[int], rule: AnswerRule | None = None) -> str:
