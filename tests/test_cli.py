@@ -13,10 +13,17 @@ from unreal_demo.__main__ import main
     ("txt", ["--doc", "DOC", "--question", "  "], "question is empty"),
     ("empty", ["--doc", "DOC", "--question", "q?"], "document is empty"),
     ("pdf", ["--doc", "DOC", "--question", "q?"], "unsupported file type"),
+    ("txt", ["--doc", "DOC", "--question", "what is \x01\x02\x03?"], "the question: looks binary"),
+    ("latin1", ["--doc", "DOC", "--question", "q?"], "a.txt: looks binary or damaged (control character U+0093"),
+    ("txt", ["--doc", "DOC", "--question", "q?", "--n", "2.5"], "--n must be a whole number from 1 to 1,000 (got '2.5"),
+    ("txt", ["--doc", "DOC", "--question", "q?", "--n", "0"], "--n must be a whole number"),
+    ("txt", ["--doc", "DOC", "--question", "q?", "--n", "-3"], "--n must be a whole number"),
+    ("txt", ["--doc", "DOC", "--question", "q?", "--n", "100000"], "--n must be a whole number"),
 ])
 def test_ask_errors(tmp_path, capsys, setup, args, match):
     files = {"bin": ("a.txt", b"\x00\x01binary"), "txt": ("a.txt", b"Some text."), "empty": ("a.txt", b""),
-             "pdf": ("a.pdf", b"%PDF-1.4")}
+             "pdf": ("a.pdf", b"%PDF-1.4"),
+             "latin1": ("a.txt", "“quoted”".encode("cp1252").decode("latin-1").encode())}  # mis-decoded, saved
     if setup:
         name, raw = files[setup]
         (tmp_path / name).write_bytes(raw)

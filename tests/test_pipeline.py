@@ -42,9 +42,10 @@ class TestAsk:
         ranking = explorer.rank([doc], "What is the zebra code?", n=1, method="bm25")
         assert "4417" in ranking.chunks[ranking.selected[0]].text
 
-    def test_n_is_clamped_with_a_notice(self, explorer):
+    def test_an_n_over_the_chunks_selects_them_all_and_says_so(self, explorer):
         ranking = explorer.rank(["One sentence only."], "q?", n=50, method="bm25")
-        assert ranking.selected == [0] and "clamped" in ranking.notices[0]
+        assert ranking.selected == [0] and ranking.notices == [
+            "n = 50, but the text has only 1 chunk: all of them are selected"]
 
 
 class TestBadInput:
@@ -54,6 +55,23 @@ class TestBadInput:
         (["text"], "  ", "question is empty"),
     ])
     def test_refused(self, explorer, docs, question, match):
+        with pytest.raises(InputError, match=match):
+            explorer.rank(docs, question)
+
+    @pytest.mark.parametrize("n", [0, -3, 2.5, 100_000, "five", True])
+    def test_n_must_be_a_whole_number_in_range(self, explorer, monkeypatch, n):
+        monkeypatch.setattr(explorer, "chunk", lambda docs: pytest.fail("chunked with a refused n"))
+        with pytest.raises(InputError, match=r"^n must be a whole number from 1 to 1,000 \(got "):
+            explorer.rank(["Some text."], "q?", n=n, method="bm25")
+
+    @pytest.mark.parametrize("docs,question,match", [
+        (["\x7fELF\x02\x01\x01\x00\x00 pasted from a binary"], "q?", "the document: looks binary"),
+        (["Fine text.", "caf\ufffd"], "q?", "document 2: holds characters that were not valid text"),
+        (["Fine text."], "what is \x00\x01?", "the question: looks binary"),
+    ])
+    def test_binary_or_damaged_pasted_text_is_refused_before_work(self, explorer, monkeypatch, docs, question,
+                                                                   match):
+        monkeypatch.setattr(explorer, "chunk", lambda docs: pytest.fail("chunked a refused document"))
         with pytest.raises(InputError, match=match):
             explorer.rank(docs, question)
 

@@ -22,14 +22,15 @@ from .store.codec import CODECS, DENSE_CODECS
 
 def _ask(args: argparse.Namespace) -> None:
     from .data.textio import read_document
-    from .pipeline import Explorer, check_inputs
+    from .pipeline import Explorer, check_inputs, check_n
 
     docs = [read_document(p) for p in args.doc]
     check_inputs(docs, args.question)  # before the model loads
+    n = check_n(args.n, "--n")
     explorer = Explorer.load(args.model, head=args.head, device=args.device, dtype=args.dtype,
                              trust_remote_code=args.trust_remote_code)
     rule = AnswerRule(args.max_new_tokens, first_sentence=not args.whole_answer)
-    result = explorer.ask(docs, args.question, args.n, args.method, rule)
+    result = explorer.ask(docs, args.question, n, args.method, rule)
     if args.json:
         print(json.dumps(result))
         return
@@ -335,7 +336,7 @@ def build_parser() -> argparse.ArgumentParser:
     ask = sub.add_parser("ask", help="select evidence from documents and answer a question")
     ask.add_argument("--doc", action="append", required=True, help="a .txt/.md document (repeatable)")
     ask.add_argument("--question", required=True)
-    ask.add_argument("--n", type=int, default=5, help="chunks to select")
+    ask.add_argument("--n", default="5", help="chunks to select (a whole number from 1)")  # checked by check_n
     ask.add_argument("--method", choices=retrieval.names("document"), default="unreal",
                      help=retrieval.help_text("document"))
     ask.add_argument("--max-new-tokens", type=int, default=ANSWER_RULE.budget, help="answer budget in tokens")

@@ -9,6 +9,9 @@ encodings keyed by content.
 from __future__ import annotations
 
 import hashlib
+import math
+import numbers
+import re
 import threading
 import time
 from collections import OrderedDict
@@ -24,9 +27,10 @@ from .core.encoding import encode_chunks
 from .core.generation import ANSWER_RULE, AnswerRule, Generation, fits_window, prompt_ids, stream_answer
 from .core.head import QueryHead, untrained_head
 from .core.selection import select_top_n
+from .data.textio import check_text
 from .errors import InputError
 from .retrieval.registry import METHODS, MemoryStore, all_scores, check
-from .settings import DEFAULT_HEADS, MAX_CHARS, display_path
+from .settings import DEFAULT_HEADS, MAX_CHARS, MAX_N, display_path
 
 
 @dataclass
@@ -57,7 +61,8 @@ class AskStep:
 
 
 def check_inputs(docs: Sequence[str], question: str, max_chars: int = MAX_CHARS) -> None:
-    """Raise :class:`InputError` for an empty question, empty documents, or too much text."""
+    """Raise :class:`InputError` for an empty question, empty documents, too much text, or text that is binary,
+    damaged or in the wrong encoding (:func:`data.textio.check_text`, the checks an uploaded file gets)."""
     if not question or not question.strip():
         raise InputError("the question is empty")
     if not docs or not any(d.strip() for d in docs):
@@ -65,6 +70,33 @@ def check_inputs(docs: Sequence[str], question: str, max_chars: int = MAX_CHARS)
     total = sum(len(d) for d in docs)
     if total > max_chars:
         raise InputError(f"the document has {total:,} characters; the limit is {max_chars:,}")
+    for i, doc in enumerate(docs):
+        check_text(doc, "the document" if len(docs) == 1 else f"document {i + 1}")
+    check_text(question, "the question")
+
+
+def check_n(n: object, name: str = "n", high: int = MAX_N) -> int:
+    """``n`` as an ``int`` when it is a whole number from 1 to ``high``: an int, a whole float (a slider's 5.0) or
+    its digits as text (a command-line flag); nothing is rounded or clamped.
+
+    Raises
+    ------
+    InputError
+        One line saying what is wrong (``n must be a whole number from 1 to 1,000 (got 2.5)``).
+
+    Examples
+    --------
+    >>> check_n(5.0), check_n("12")
+    (5, 12)
+    """
+    whole = None
+    if isinstance(n, str) and re.fullmatch(r"\s*[+-]?\d+\s*", n):
+        whole = int(n)
+    elif isinstance(n, numbers.Real) and not isinstance(n, bool) and math.isfinite(n) and float(n).is_integer():
+        whole = int(n)
+    if whole is None or not 1 <= whole <= high:
+        raise InputError(f"{name} must be a whole number from 1 to {high:,} (got {n!r})")
+    return whole
 
 
 def head_file(model: str, head: str | None = None, require_head: bool = False) -> Path | None:
@@ -184,17 +216,20 @@ class Explorer:
         Raises
         ------
         InputError
-            For empty input, too much text, or an unknown method.
+            For empty, binary, damaged or too much text, an ``n`` that is not a whole number from 1 to
+            :data:`settings.MAX_N`, or an unknown method.
         """
         check_inputs(docs, question)
+        n = check_n(n)
         (method,) = check([method], "document")
         t0 = time.perf_counter()
         chunks = chunks if chunks is not None else self.chunk(docs)
         timings = {"chunk": time.perf_counter() - t0}
         notices = []
-        if n < 1 or n > len(chunks):
-            notices.append(f"n = {n} clamped to {max(1, min(n, len(chunks)))} (the text has {len(chunks)} chunks)")
-        n = max(1, min(int(n), len(chunks)))
+        if n > len(chunks) and method != "full":
+            notices.append(f"n = {n}, but the text has only {len(chunks)} chunk{'s' * (len(chunks) != 1)}: "
+                           "all of them are selected")
+            n = len(chunks)
         if method == "full":
             return Ranking(method, chunks, None, list(range(len(chunks))), timings, notices)
         store = self.store(chunks)

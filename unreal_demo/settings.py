@@ -19,6 +19,7 @@ ASSETS = REPO / "assets"
 # (precomputed/heads/smollm2-135m, 4,000 visits of SQuAD dev) on the dev split: precomputed/head_choice.json.
 DEFAULT_HEADS = {DEFAULT_MODEL: PRECOMPUTED / "heads" / "smollm2-135m-mix" / "head"}
 MAX_CHARS = 2_000_000  # the most text one request may bring (a pasted or uploaded document)
+MAX_N = 1_000  # the most chunks one request may ask to select (≈ 141K tokens, past every supported model's window)
 
 
 def in_precomputed(path: str | Path | None) -> bool:

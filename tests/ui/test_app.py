@@ -81,10 +81,27 @@ def test_tab_time_to_first_token_is_the_librarys(client, explorer, monkeypatch):
     assert len(set(streamed)) == 1  # set once, never moved by later tokens
 
 
-@pytest.mark.parametrize("doc,question,match", [("", "q?", "document is empty"), (DOC, " ", "question is empty")])
-def test_bad_input_is_a_clear_error(client, doc, question, match):
+@pytest.mark.parametrize("doc,question,n,match", [
+    ("", "q?", 3, "document is empty"), (DOC, " ", 3, "question is empty"),
+    ("\x7fELF\x02\x01\x01\x00\x00\x00 pasted binary", "q?", 3, "the document: looks binary or damaged"),
+    (DOC, "what is \x03\x04?", 3, "the question: looks binary or damaged"),
+    (DOC, "q?", 2.5, r"n must be a whole number from 1 to 1,000 \(got 2.5\)"),
+    (DOC, "q?", 0, "Value 0 is less than minimum value 1"),  # the slider's own range check
+    (DOC, "q?", 100_000, "Value 100000 is greater than maximum value 30"),
+])
+def test_bad_input_is_a_clear_error(client, doc, question, n, match):
     with pytest.raises(Exception, match=match):
-        client.predict(doc, question, 3, "bm25", False, api_name="/ask")
+        client.predict(doc, question, n, "bm25", False, api_name="/ask")
+
+
+def test_a_refused_upload_keeps_the_text(tmp_path):
+    from unreal_demo.ui.tabs.long_document import read_upload
+
+    (tmp_path / "latin1.txt").write_bytes("“quoted”".encode("cp1252").decode("latin-1").encode())
+    (tmp_path / "fine.txt").write_text("Fine text.")
+    with pytest.warns(UserWarning, match="latin1.txt: looks binary or damaged"):
+        assert read_upload(str(tmp_path / "latin1.txt"), "kept") == "kept"
+    assert read_upload(str(tmp_path / "fine.txt"), "kept") == "Fine text."
 
 
 def test_intrinsic_endpoint(client):

@@ -12,7 +12,7 @@ import gradio as gr
 import pandas as pd
 
 from ...core.generation import ANSWER_RULE, AnswerRule, Generation, fits_window, prompt_ids
-from ...data.textio import decode_text
+from ...data.textio import check_text, decode_text
 from ...errors import InputError, UserError
 from ...pipeline import MAX_CHARS, AskStep, Explorer, Loading, Ranking
 from ...retrieval.registry import names
@@ -44,6 +44,7 @@ def read_upload(path: str | None, current: str) -> str:
         text = decode_text(p.read_bytes(), p.name)
         if len(text) > MAX_CHARS:
             raise InputError(f"{p.name}: {len(text):,} characters; the limit is {MAX_CHARS:,}")
+        check_text(text, p.name)
         return text
     except InputError as exc:
         gr.Warning(str(exc))
@@ -165,7 +166,7 @@ def build_tab(loader: Loading) -> Ready:
         try:
             explorer = loader.get()
             progress(0.1, desc="chunking and encoding")
-            for step in explorer.ask_stream([doc or ""], q or "", int(n_sel), meth):
+            for step in explorer.ask_stream([doc or ""], q or "", n_sel, meth):
                 if not step.prompt_tokens:  # the first step: the ranking, before any answer
                     ranking = step.ranking
                     bar_fig, heat_fig = plots.chunk_scores(ranking), plots.group_heatmap(ranking)
@@ -191,7 +192,7 @@ def build_tab(loader: Loading) -> Ready:
             for j, m in enumerate(COMPARED):
                 progress(j / len(COMPARED), desc=f"scoring with {m}")
                 try:
-                    rankings.append(explorer.rank([doc or ""], q or "", int(n_sel), m))
+                    rankings.append(explorer.rank([doc or ""], q or "", n_sel, m))
                 except InputError:
                     raise
                 except UserError as exc:  # e.g. the dense model cannot be fetched: the others still compare

@@ -15,11 +15,12 @@ import plotly.graph_objects as go
 from ...core.encoding import MAX_TOKENS
 from ...core.generation import prompt_ids, stream_answer
 from ...data.sources import load_corpus
+from ...data.textio import check_text
 from ...errors import UserError
 from ...evaluation.longcontext_report import qa_table
 from ...evaluation.qa import BOUNDS
 from ...evaluation.results import head_mismatch, made_by
-from ...pipeline import Explorer, Loading
+from ...pipeline import Explorer, Loading, check_n
 from ...retrieval.registry import names
 from ...settings import PRECOMPUTED, display_path
 from ...store import index as ix
@@ -183,11 +184,15 @@ def build_tab(loader: Loading) -> Ready:
         if not q or not q.strip():
             raise gr.Error("the query is empty")
         try:
+            check_text(q, "the query")
+            k_ = check_n(k_, "k", 100)
+        except UserError as exc:
+            raise gr.Error(str(exc)) from None
+        try:
             index = opened(name)
         except ix.IndexStoreError:
             raise gr.Error(f"no index for {name} yet: press 'Build or load index' to build it") from None
         try:
-            k_ = max(1, min(int(k_), 100))
             result = ix.search(index, loader.get(), q, k_, m)
             bm25 = ix.search(index, loader.get(), q, 100, "bm25")
         except UserError as exc:
