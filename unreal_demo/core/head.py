@@ -3,8 +3,14 @@
 Eq. 2:  x_ret = [P, C0(x), x_1..x_Tq, ρ_1..ρ_R]   (after a fixed attention-sink token)
 Eq. 3:  q_r = Σ_ℓ α_ℓ · LLM_ℓ(x_ret)[pos(ρ_r)],  then the R states are mean-pooled into G groups.
 
-Only P (1 × d), ρ (R × d) and α (one weight per read-out layer) are trained:
-(R + 1)·d + |α| parameters; the backbone stays frozen. A head is stored as
+Query adapter (the sibling paper "Beyond the Final Embedding", its Tables 2 and 4): each of the G pooled
+query vectors is mapped by  q′ = q + U Vᵀ q  (rank r; a full d × d map W when r = d:  q′ = q + W q)
+before it is normalised and scored. U starts at zero, so a new adapter is the identity. Since
+⟨A q, k⟩ = ⟨q, Aᵀ k⟩, a query-side map expresses any bilinear score without touching a stored key:
+every index stays valid. r = 0 (the default) is no adapter, and such a head scores as before.
+
+Only P (1 × d), ρ (R × d), α (one weight per read-out layer) and the adapter are trained:
+(R + 1)·d + |α| + 2·r·d (or d² when r = d) parameters; the backbone stays frozen. A head is stored as
 ``NAME.safetensors`` (weights) + ``NAME.json`` (:class:`HeadConfig`).
 
 Example
@@ -54,6 +60,8 @@ class HeadConfig:
     n_groups: int = 4  # G
     n_context: int = 2  # |C0|
     context_tokens: int = 64  # each C0 passage cut to this many tokens
+    context_source: str = "bm25"  # where C0 comes from: "bm25" (the paper's) or "head" (its own first pass)
+    adapter_rank: int = 0  # r of the query adapter q′ = q + U Vᵀ q; 0 = none, hidden_size = a full d × d map
     chunk_tokens: int = 256  # chunks cut to this many tokens when encoded
     readout_layers: list[int] = field(default_factory=list)  # 1-based; empty = all blocks
     use_prompt: bool = False
@@ -70,6 +78,14 @@ class HeadConfig:
             raise HeadError(f"R={self.n_ret} must be a multiple of G={self.n_groups}")
         if not 1 <= self.chunk_layer <= self.n_layers:
             raise HeadError(f"chunk_layer {self.chunk_layer} outside 1..{self.n_layers}")
+        if not 0 <= self.adapter_rank <= self.hidden_size:
+            raise HeadError(f"adapter rank {self.adapter_rank} outside 0..{self.hidden_size} (d)")
+        if self.context_source not in CONTEXT_SOURCES:
+            raise HeadError(f"C0 source {self.context_source!r}: use one of {', '.join(CONTEXT_SOURCES)}")
+
+
+CONTEXT_SOURCES = {"bm25": "BM25's top |C0| chunks (the paper's)",
+                   "head": "the head's own top |C0| chunks from a first pass without C0 (two passes, one model)"}
 
 
 def query_text(query: str, context: Sequence[str]) -> str:
@@ -90,6 +106,12 @@ class QueryHead(nn.Module):
         self.rho = nn.Parameter(torch.randn(config.n_ret, d, generator=gen) * 0.02)  # ρ
         n = len(config.readout_layers)
         self.alpha = nn.Parameter(torch.full((n,), 1.0 / n))  # α
+        r = config.adapter_rank
+        if r == d:  # a full map W: q′ = q + W q
+            self.adapter_w = nn.Parameter(torch.zeros(d, d))
+        elif r:  # q′ = q + U Vᵀ q; U = 0 makes it the identity at initialisation
+            self.adapter_u = nn.Parameter(torch.zeros(d, r))
+            self.adapter_v = nn.Parameter(torch.randn(d, r, generator=gen) / d**0.5)
 
     def init_from_embeddings(self, backbone: Backbone, seed: int = 0) -> None:
         """Scale P and ρ to the norm of real token embeddings (random rows of the embedding matrix)."""
@@ -180,6 +202,52 @@ class QueryHead(nn.Module):
         return run_blocks(backbone, c.readout_layers, inputs_embeds=rho, attention_mask=full_mask,
                           position_ids=rho_pos, cache=cache)
 
+    def layer_groups(
+        self, backbone: Backbone, queries: Sequence[str], contexts: Sequence[Sequence[str]]
+    ) -> torch.Tensor:
+        """The ρ states of every read-out layer mean-pooled into the G groups, ``(B, |α|, G, d)`` float32.
+
+        Everything after this is linear in these states and holds all trained weights but ρ (and P):
+        cached once, they let α and the adapter train without running the LLM (:mod:`state_training`).
+        """
+        c = self.config
+        states = self.retrieval_states(backbone, queries, contexts)
+        stacked = torch.stack([states[layer].float() for layer in c.readout_layers], 1)  # (B, |α|, R, d)
+        b, n_layers = stacked.shape[:2]
+        return stacked.reshape(b, n_layers, c.n_groups, c.n_ret // c.n_groups, -1).mean(3)  # (B, |α|, G, d)
+
+    def from_layer_groups(self, groups: torch.Tensor) -> torch.Tensor:
+        """Query vectors ``(B, G, d)`` from :meth:`layer_groups`: the α-weighted sum (Eq. 3), the adapter,
+        then L2 normalisation (when the head normalises); :meth:`forward` up to float rounding (it sums over
+        layers before it pools)."""
+        q = torch.einsum("l,blgd->bgd", self.alpha.to(groups.device), groups)  # (B, G, d)
+        return self.adapt(q)
+
+    def adapt(self, q: torch.Tensor) -> torch.Tensor:
+        """The query adapter on pooled query vectors ``(..., d)``, then normalisation (when the head normalises).
+
+        >>> head = QueryHead(HeadConfig(model="toy", hidden_size=4, n_layers=2, chunk_layer=1, n_ret=2,
+        ...                             n_groups=1, adapter_rank=2, normalize=False))
+        >>> q = torch.tensor([[1.0, 2.0, 0.0, -1.0]])
+        >>> torch.equal(head.adapt(q), q)      # U = 0 at initialisation: the identity
+        True
+        """
+        if self.config.adapter_rank == self.config.hidden_size:
+            q = q + q @ self.adapter_w.to(q.device).T  # (…, d)
+        elif self.config.adapter_rank:
+            q = q + (q @ self.adapter_v.to(q.device)) @ self.adapter_u.to(q.device).T  # (…, r) → (…, d)
+        return nn.functional.normalize(q, dim=-1) if self.config.normalize else q
+
+    def adapter_matrix(self) -> torch.Tensor:
+        """The adapter as one ``(d, d)`` matrix A with q′ = A q (the identity without an adapter)."""
+        d = self.config.hidden_size
+        eye = torch.eye(d)
+        if self.config.adapter_rank == d:
+            return eye + self.adapter_w.detach().float().cpu()
+        if self.config.adapter_rank:
+            return eye + self.adapter_u.detach().float().cpu() @ self.adapter_v.detach().float().cpu().T
+        return eye
+
     def forward(
         self, backbone: Backbone, queries: Sequence[str], contexts: Sequence[Sequence[str]]
     ) -> torch.Tensor:
@@ -189,7 +257,7 @@ class QueryHead(nn.Module):
         stacked = torch.stack([states[layer].float() for layer in c.readout_layers], 1)  # (B, |α|, R, d)
         q = torch.einsum("l,blrd->brd", self.alpha.to(stacked.device), stacked)  # (B, R, d)
         q = q.reshape(q.shape[0], c.n_groups, c.n_ret // c.n_groups, -1).mean(2)  # (B, G, d)
-        return nn.functional.normalize(q, dim=-1) if c.normalize else q
+        return self.adapt(q)
 
     def save(self, path: str | Path) -> None:
         """Write ``path.safetensors`` and ``path.json``."""

