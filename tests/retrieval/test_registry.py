@@ -69,3 +69,33 @@ def test_method_names_are_checked_per_scope():
     assert check(["unreal", "bm25"], "document") == ["unreal", "bm25"]
     with pytest.raises(RetrievalError, match="unknown method nope"):
         check(["nope"], "document")
+
+
+class TestContextSource:
+    """C0 from BM25 (the paper's) or from the head's own first pass without C0 (two passes, one model)."""
+
+    def _explorer(self, tiny, source: str):
+        from unreal_demo.core.head import untrained_head
+        from unreal_demo.pipeline import Explorer
+
+        head = untrained_head(tiny, n_ret=4, n_groups=2, chunk_layer=2, n_context=1, context_source=source)
+        return Explorer(tiny, head, None)
+
+    def test_head_source_takes_the_heads_own_top_chunk(self, tiny):
+        from unreal_demo.core.encoding import encode_chunks
+        from unreal_demo.retrieval.registry import context_of, query_vectors
+
+        explorer = self._explorer(tiny, "head")
+        store = MemoryStore(TEXTS, encode_chunks(tiny, TEXTS, 2, 2))
+        bm25_ids = store.bm25_topk(["Spain?"], 1)[1]
+        first = query_vectors(explorer, ["Spain?"], [[]])
+        want = TEXTS[int(store.maxsim_topk(first, 1)[1][0, 0])]
+        assert context_of(store, explorer, ["Spain?"], bm25_ids) == [[want]]
+        bm25 = self._explorer(tiny, "bm25")
+        assert context_of(store, bm25, ["Spain?"], bm25_ids) == [[TEXTS[int(bm25_ids[0, 0])]]]
+
+    def test_unknown_source_is_refused(self, tiny):
+        from unreal_demo.core.head import HeadError
+
+        with pytest.raises(HeadError, match="C0 source"):
+            self._explorer(tiny, "dense")

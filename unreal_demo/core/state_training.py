@@ -4,9 +4,11 @@ With ρ (and P) fixed, everything between the LLM and MaxSim is linear in the ρ
 layer (:meth:`QueryHead.layer_groups`, ``(|α|, G, d)`` per question): q_g = A · Σ_ℓ α_ℓ s_{ℓ,g}, then the
 L2 norm, then MaxSim against fixed chunk keys (Eq. 4). So each training and dev question runs through the
 LLM once (:func:`cache_layer_groups`, resumable), and α and the adapter A = I + U Vᵀ train on those tensors
-alone (:func:`fit_states`) with the multi-positive InfoNCE of Eq. 6 over a whole pool of chunks (every chunk a
-candidate, not 15 BM25 negatives), thousands of steps in minutes on 2 cores. The adapter's weight decay pulls
-U Vᵀ toward zero, i.e. A toward the identity; the best step on the dev sets (mean R@1) is kept.
+alone (:func:`fit_states`) with the multi-positive InfoNCE of Eq. 6. The candidates B(x) of a step are either the
+whole pool (``negatives="pool"``: every chunk) or, ~4x cheaper, the batch's positives, each question's ``mined``
+best-scored wrong chunks under the starting head (found once) and ``sampled`` random chunks of the pool
+(``negatives="mined"``). The adapter's weight decay pulls U Vᵀ toward zero, i.e. A toward the identity; the best
+step on the dev sets (mean R@1) is kept.
 
 Example
 -------
@@ -45,6 +47,9 @@ class StateTrainConfig:
     lr: float = 2e-3
     weight_decay: float = 0.05  # on the adapter only: toward the identity
     temperature: float = 0.05
+    negatives: str = "mined"  # "pool" (every chunk a candidate) or "mined" (mined + sampled, see above)
+    mined: int = 32
+    sampled: int = 2048
     dev_every: int = 25
     patience: int = 8  # dev checks without a better mean R@1 before stopping
     seed: int = 0
@@ -130,6 +135,14 @@ def with_adapter(head: QueryHead, rank: int) -> QueryHead:
     return new
 
 
+def mine(head: QueryHead, data: StateSet, pool: torch.Tensor, n: int) -> list[torch.Tensor]:
+    """Each question's ``n`` best-scored pool positions under ``head`` (positives included; they are masked as
+    positives, never negatives, by the caller's candidate set)."""
+    if not n:
+        return [torch.empty(0, dtype=torch.long) for _ in data.positives]
+    return list(scores(head, data.groups, pool).topk(n, dim=1).indices)
+
+
 def fit_states(head: QueryHead, train: Sequence[StateSet], dev: Sequence[StateSet], keys: torch.Tensor,
                cfg: StateTrainConfig, train_mask: torch.Tensor | None = None,
                log: Callable[[dict], None] | None = None) -> tuple[QueryHead, list[dict]]:
@@ -161,6 +174,7 @@ def fit_states(head: QueryHead, train: Sequence[StateSet], dev: Sequence[StateSe
     where = torch.full((len(keys),), -1, dtype=torch.long)
     where[cand] = torch.arange(len(cand))
     sources = [s for s in train if len(s.positives)]
+    hard = {id(src): mine(model, src, pool, cfg.mined) for src in sources} if cfg.negatives == "mined" else {}
 
     def check(step: int, loss: float) -> dict:
         row = {"step": step, "loss": round(loss, 4)}
@@ -175,11 +189,19 @@ def fit_states(head: QueryHead, train: Sequence[StateSet], dev: Sequence[StateSe
     for step in range(1, cfg.steps + 1):
         picks = [(src := gen.choice(sources), gen.randrange(len(src.positives))) for _ in range(cfg.batch)]
         g = torch.stack([src.groups[i] for src, i in picks]).float()  # (B, |α|, G, d)
-        positive = torch.zeros(cfg.batch, len(cand), dtype=torch.bool)
-        for b, (src, i) in enumerate(picks):
-            ids = where[torch.tensor(src.positives[i])]
-            positive[b, ids[ids >= 0]] = True
-        s = maxsim_reference(model.from_layer_groups(g), pool)  # (B, C)
+        pos = [where[torch.tensor(src.positives[i])] for src, i in picks]  # pool positions (−1: not a candidate)
+        if cfg.negatives == "pool":
+            step_cand = torch.arange(len(cand))
+        else:
+            step_cand = torch.cat([*pos, *(hard[id(src)][i] for src, i in picks),
+                                   torch.randint(len(cand), (cfg.sampled,))]).unique()
+            step_cand = step_cand[step_cand >= 0]
+        at = torch.full((len(cand),), -1, dtype=torch.long)
+        at[step_cand] = torch.arange(len(step_cand))
+        positive = torch.zeros(cfg.batch, len(step_cand), dtype=torch.bool)
+        for b, ids in enumerate(pos):
+            positive[b, at[ids[ids >= 0]]] = True
+        s = maxsim_reference(model.from_layer_groups(g), pool[step_cand])  # (B, C)
         loss = info_nce(s, positive, cfg.temperature)
         opt.zero_grad()
         loss.backward()

@@ -16,14 +16,22 @@ C0 of the other sets comes from BM25 over the pool. Every question's layer group
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+import time
+from dataclasses import asdict, dataclass
 
 import torch
 from tqdm import tqdm
 
 from ..core.maxsim import normalize_chunks
 from ..core.selection import BM25
-from ..core.state_training import StateSet, cache_layer_groups, recall_from_scores
+from ..core.state_training import (
+    StateSet,
+    StateTrainConfig,
+    cache_layer_groups,
+    fit_states,
+    recall,
+    recall_from_scores,
+)
 from ..data.natural import distant_positives, load_natural, question_split
 from ..data.sources import article_split
 from .retrieval import sample_questions
@@ -125,3 +133,121 @@ def dense_recall(index, data: Questions, usable: torch.Tensor, ks=(1, 10)) -> di
     scores = embed(data.texts) @ vectors.T  # (N, M)
     scores[:, ~usable] = float("-inf")
     return recall_from_scores(scores, data.positives, ks)
+
+
+@dataclass
+class Variant:
+    """One adapter run: its label, the train sets it draws from, and its settings."""
+
+    label: str
+    sources: tuple[str, ...]
+    cfg: StateTrainConfig
+
+
+def run_variants(head, train: list[StateSet], dev: list[StateSet], test: StateSet, keys: torch.Tensor,
+                 usable: torch.Tensor, train_mask: torch.Tensor, variants: list[Variant],
+                 log=print) -> tuple[list[dict], dict]:
+    """Train each variant, score it on the dev sets (over the usable chunks) and the New-Wiki test set (over
+    the whole index). Returns the rows (the starting head first) and the trained heads by label."""
+    dev_keys = keys[usable]
+    remap = torch.full((len(keys),), -1, dtype=torch.long)
+    remap[usable] = torch.arange(int(usable.sum()))
+    dev_local = [StateSet(d.name, d.groups, [[int(remap[i]) for i in p if remap[i] >= 0] for p in d.positives])
+                 for d in dev]
+
+    def row(label: str, model, extra: dict) -> dict:
+        out = {"variant": label, "parameters": model.n_params()} | extra
+        for d in dev_local:
+            out |= {f"dev {d.name} {k}": v for k, v in recall(model, d, dev_keys).items()}
+        out["dev mean R@1"] = round(sum(out[f"dev {d.name} R@1"] for d in dev_local) / len(dev_local), 4)
+        out |= {f"test new_wiki {k}": v for k, v in recall(model, test, keys).items()}
+        return out
+
+    rows, heads = [row("shipped head (no adapter)", head, {})], {}
+    log(rows[-1])
+    for v in variants:
+        t0 = time.time()
+        sets = [s for s in train if s.name in v.sources]
+        model, history = fit_states(head, sets, dev_local, dev_keys, v.cfg, train_mask[usable])
+        best = max(history, key=lambda r: (r["mean R@1"], r["mean R@10"]))
+        rows.append(row(v.label, model, {"sources": "+".join(v.sources), "settings": asdict(v.cfg),
+                                         "best step": best["step"], "steps run": history[-1]["step"],
+                                         "seconds": round(time.time() - t0, 1)}))
+        heads[v.label] = model
+        log(rows[-1])
+    return rows, heads
+
+
+GRID = {  # label → (train sets, overrides of StateTrainConfig): what the dev split decides, at equal budget
+    "α alone, mix": (("nq", "tqa", "squad"), {"rank": 0}),
+    "r = 16, mix": (("nq", "tqa", "squad"), {"rank": 16}),
+    "r = 64, mix": (("nq", "tqa", "squad"), {"rank": 64}),
+    "r = 256, mix": (("nq", "tqa", "squad"), {"rank": 256}),
+    "full d × d, mix": (("nq", "tqa", "squad"), {"rank": -1}),
+    "r = 64, natural only": (("nq", "tqa"), {"rank": 64}),
+    "r = 64, SQuAD only": (("squad",), {"rank": 64}),
+    "r = 64, mix, adapter alone (α fixed)": (("nq", "tqa", "squad"), {"rank": 64, "train_alpha": False}),
+    "r = 64, mix, whole-pool negatives": (("nq", "tqa", "squad"), {"rank": 64, "negatives": "pool"}),
+}
+
+
+def run(head_path: str, n_context: int | None = None, labels: list[str] | None = None, steps: int = 600,
+        out: str | None = None, save: str | None = None, save_label: str | None = None) -> dict:
+    """The adapter experiment end to end: sets, cached states, the :data:`GRID` variants (or ``labels`` of it),
+    a result (``out``) and the best variant on dev (or ``save_label``) written as a head (``save``)."""
+    import json
+    from pathlib import Path
+
+    from ..core.backbone import cache_dir
+    from ..pipeline import Explorer
+    from ..store.index import Index, shipped_folder
+
+    explorer = Explorer.load(head=head_path, require_head=True)
+    head = explorer.head
+    if n_context is not None and n_context != head.config.n_context:
+        head = with_context(head, n_context)
+    index = Index(shipped_folder(explorer))
+    trains, devs, test = build_sets(index, head.config.n_context)
+    folder = cache_dir() / "query_states"
+    train_s, dev_s = cache_sets(head, explorer.backbone, trains, folder), cache_sets(head, explorer.backbone, devs,
+                                                                                      folder)
+    (test_s,) = cache_sets(head, explorer.backbone, [test], folder)
+    keys, usable, train_mask = pool_of(index)
+    d = head.config.hidden_size
+    variants = [Variant(label, sources, StateTrainConfig(**({"steps": steps} | o | (
+        {"rank": d} if o.get("rank") == -1 else {})))) for label, (sources, o) in GRID.items()
+        if labels is None or label in labels]
+    rows, heads = run_variants(head, train_s, dev_s, test_s, keys, usable, train_mask, variants)
+    base = {"BM25": bm25_recall, "dense MiniLM": dense_recall}
+    reference = []
+    for name, fn in base.items():
+        r = {"variant": name}
+        for s in devs:
+            r |= {f"dev {s.name} {k}": v for k, v in fn(index, s, usable).items()}
+        r |= {f"test new_wiki {k}": v for k, v in fn(index, test, torch.ones(len(index.chunks), dtype=torch.bool)
+                                                      ).items()}
+        reference.append(r)
+    result = {"head": head_path, "n_context": head.config.n_context,
+              "sets": {s.name + " " + side: len(s.texts) for side, group in (("train", trains), ("dev", devs))
+                       for s in group} | {"new_wiki test": len(test.texts)},
+              "pool": {"chunks": int(usable.sum()), "train candidates": int(train_mask.sum())},
+              "rows": rows, "reference": reference}
+    if out:
+        Path(out).write_text(json.dumps(result, indent=1))
+    if save and heads:
+        label = save_label or max(rows[1:], key=lambda r: r["dev mean R@1"])["variant"]
+        chosen = heads[label]
+        chosen.config.provenance = head.config.provenance | {"adapter": label, "adapter_data": result["sets"],
+                                                             "adapter_row": next(r for r in rows
+                                                                                 if r["variant"] == label)}
+        chosen.save(save)
+    return result
+
+
+def with_context(head, n_context: int):
+    """A copy of ``head`` that reads ``n_context`` C0 chunks (same trained weights)."""
+    from ..core.head import HeadConfig, QueryHead
+
+    new = QueryHead(HeadConfig(**(asdict(head.config) | {"n_context": n_context})))
+    new.load_state_dict(head.state_dict())
+    return new

@@ -237,6 +237,17 @@ def query_vectors(explorer, queries: Sequence[str], context: Sequence[Sequence[s
                       for s in range(0, len(queries), batch)])
 
 
+def context_of(store, explorer, queries: Sequence[str], bm25_ids: torch.Tensor) -> list[list[str]]:
+    """C0 of each query from the head's ``context_source``: BM25's top |C0| chunks (the paper's), or the head's own
+    top |C0| from a first pass without C0 (two passes of one model, no second retriever)."""
+    c = explorer.head.config
+    if not c.n_context or c.context_source == "bm25":
+        return contexts(store, bm25_ids, c.n_context)
+    first = query_vectors(explorer, queries, [[] for _ in queries])  # (Q, G, d)
+    _, ids = store.maxsim_topk(first, c.n_context, normalize=c.normalize)
+    return contexts(store, ids, c.n_context)
+
+
 @torch.inference_mode()
 def retrieve(store, explorer, queries: Sequence[str], k: int, method: str,
              fusion_weight: float | None = None, vectors: torch.Tensor | None = None) -> Retrieval:
@@ -294,7 +305,8 @@ def retrieve(store, explorer, queries: Sequence[str], k: int, method: str,
         t2 = time.perf_counter()
         scores, ids = store.untrained_topk(means, k)
     else:
-        q = vectors if vectors is not None else query_vectors(explorer, queries, contexts(store, b_ids, c.n_context))
+        q = vectors if vectors is not None else query_vectors(explorer, queries, context_of(store, explorer, queries,
+                                                                                           b_ids))
         timings["query_encoding"] = time.perf_counter() - t1
         t2 = time.perf_counter()
         scores, ids = store.maxsim_topk(q, depth, normalize=c.normalize)
