@@ -13,7 +13,7 @@ from pathlib import Path
 
 from .core.backbone import DEFAULT_MODEL
 from .core.chunking import CHUNK_TOKENS
-from .core.generation import ANSWER_RULE, AnswerRule
+from .core.generation import ANSWER_RULE, AnswerRule, complete
 from .errors import InputError, UserError
 from .retrieval import registry as retrieval
 from .settings import DEFAULT_HEADS, display_path
@@ -37,7 +37,9 @@ def _ask(args: argparse.Namespace) -> None:
     for notice in result["notices"]:
         print(f"note: {notice}", file=sys.stderr)
     print(f"selected chunks (document order): {result['selected']}")
-    print(f"answer: {result['answer']}")
+    print(f"answer ({result['model']}; {rule.limit}): {result['answer']}")
+    if result["answer_stop"] == "budget" and not complete(result["answer"]):
+        print(f"note: the answer reached the {rule.budget}-token limit before its sentence ended", file=sys.stderr)
     print("timings (s): " + ", ".join(f"{k} {v:.3f}" for k, v in result["timings"].items()))
 
 

@@ -51,13 +51,15 @@ class Ranking:
 
 @dataclass
 class AskStep:
-    """One step of :meth:`Explorer.ask_stream`: the ranking, the answer so far, timings in seconds."""
+    """One step of :meth:`Explorer.ask_stream`: the ranking, the answer so far, timings in seconds; the last
+    one (``done``) says why the answer ended (``stop``, as :attr:`core.generation.Generation.stop`)."""
 
     ranking: Ranking
     text: str
     prompt_tokens: int
     timings: dict
     done: bool = False
+    stop: str | None = None
 
 
 def check_inputs(docs: Sequence[str], question: str, max_chars: int = MAX_CHARS) -> None:
@@ -258,16 +260,27 @@ class Explorer:
             ranking.query_tokens = [self.backbone.tokenizer.decode([t]) for t in ids]
         return ranking
 
-    def prompt(self, ranking: Ranking, question: str) -> list[int]:
-        """Prompt ids for the selected chunks (document order) and the question (Eq. 7)."""
-        return prompt_ids(self.backbone, [ranking.chunks[i].text for i in ranking.selected], question)
-
     def stream(self, ranking: Ranking, question: str, rule: AnswerRule = ANSWER_RULE) -> Iterator[Generation]:
         """Stream the answer from the selected chunks under ``rule`` (default: the one the evaluations use);
         raise :class:`InputError` if the prompt does not fit."""
-        ids = self.prompt(ranking, question)
+        yield from self.stream_passages([ranking.chunks[i].text for i in ranking.selected], question, rule,
+                                        ranking.method)
+
+    def stream_passages(self, passages: Sequence[str], question: str, rule: AnswerRule = ANSWER_RULE,
+                        source: str = "the passages") -> Iterator[Generation]:
+        """Stream the answer from ``passages`` (in the order given: a selection, or an index's top hits) under
+        ``rule``; the one answering path of every tab.
+
+        Raises
+        ------
+        InputError
+            For a question that :func:`check_inputs` refuses, or a prompt over the model window (``source``
+            names what was selected in the message).
+        """
+        check_inputs(passages, question)
+        ids = prompt_ids(self.backbone, passages, question)
         if not fits_window(self.backbone, len(ids), rule.budget):
-            raise InputError(f"{ranking.method}: the prompt has {len(ids):,} tokens, more than the model window "
+            raise InputError(f"{source}: the prompt has {len(ids):,} tokens, more than the model window "
                              f"of {self.backbone.max_positions:,} minus {rule.budget} for the answer")
         yield from stream_answer(self.backbone, ids, rule.budget, rule.first_sentence)
 
@@ -288,7 +301,8 @@ class Explorer:
             yield AskStep(ranking, gen.text, gen.prompt_tokens, timings | {"total": time.perf_counter() - t0})
         timings.setdefault("prefill", gen.timings.get("prefill", 0.0))
         timings.setdefault("first_token", time.perf_counter() - t0)  # an empty answer: its end
-        yield AskStep(ranking, gen.text, gen.prompt_tokens, timings | {"total": time.perf_counter() - t0}, True)
+        yield AskStep(ranking, gen.text, gen.prompt_tokens, timings | {"total": time.perf_counter() - t0}, True,
+                      gen.stop)
 
     def ask(self, docs: Sequence[str], question: str, n: int = 5, method: str = "unreal",
             rule: AnswerRule = ANSWER_RULE) -> dict:
@@ -301,6 +315,7 @@ class Explorer:
             "chunks": [ch.to_dict() | {"score": s} for ch, s in zip(ranking.chunks, scores, strict=True)],
             "selected": ranking.selected,
             "answer": step.text,
+            "answer_stop": step.stop,
             "prompt_tokens": step.prompt_tokens,
             "timings": {k: round(v, 4) for k, v in step.timings.items()},
             "model": self.backbone.name,

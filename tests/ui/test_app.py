@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -34,9 +35,10 @@ def client(explorer):
 
 
 def test_ask_endpoint(client):
-    answer, _bars, _heat, evidence, chosen, timings, _notice, files = client.predict(
+    answer, check, _bars, _heat, evidence, chosen, timings, _notice, files = client.predict(
         DOC, "What is the zebra code?", 1, "bm25", False, api_name="/ask")
     assert isinstance(answer, str)
+    assert "Written by <code>tiny-llama</code>" in check and "one sentence, at most 48 tokens" in check
     assert len(chosen["data"]) == 1 and "4417" in chosen["data"][0][-1]
     assert [row[0] for row in timings["data"]] == ["bm25", "full context"]
     assert "<u title='BM25 term “zebra”'>zebra</u>" in evidence  # the matched query term, underlined
@@ -50,8 +52,28 @@ def test_ask_endpoint(client):
     assert len(rows) == len(record["chunks"]) and rows["score"].max() == pytest.approx(picked[0]["score"])
 
 
+@pytest.mark.parametrize("said,shown,stop", [
+    ("The zebra code is 4417.", "✓ “The zebra code is 4417.”: every content word occurs in the evidence", "sentence"),
+    ("Abraham Lincoln.", "None of the answer's content words occur in the evidence", "eos"),
+    ("The zebra code is 4417 and the", "reached the limit of 48 tokens before its sentence ended", "budget"),
+])
+def test_every_answer_comes_with_its_model_and_its_check(client, explorer, monkeypatch, said, shown, stop):
+    from unreal_demo.core.generation import Generation
+
+    said_once = [Generation(said, 5, 9, {"prefill": 0.1}, stop)]
+    monkeypatch.setattr(explorer, "stream_passages", lambda *a, **k: iter(said_once))
+    answer, check, _bars, _heat, evidence, *_, files = client.predict(DOC, "What is the zebra code?", 1, "bm25",
+                                                                       False, api_name="/ask")
+    assert answer == said and shown in check and "tiny-llama" in check
+    copies = re.findall(r"<mark class='unreal-copy' title='copied by the answer'>(.*?)</mark>", evidence)
+    marked = "".join(re.sub(r"<[^>]+>", "", m) for m in copies)
+    assert marked == ("The zebra code is 4417" if "zebra" in said else "")  # the words the answer copies
+    record = json.loads(next(Path(f) for f in files if f.endswith("ask.json")).read_text())
+    assert record["answer_stop"] == stop and record["answer_check"][0]["sentence"] == said
+
+
 def test_ask_endpoint_unreal(client):
-    _answer, _bars, _heat, evidence, chosen, _timings, notice, _files = client.predict(
+    _answer, _check, _bars, _heat, evidence, chosen, _timings, notice, _files = client.predict(
         DOC, "zebra?", 3, "unreal", False, api_name="/ask")
     assert len(chosen["data"]) == 3
     assert "UNTRAINED" in notice
@@ -119,8 +141,8 @@ def test_eight_concurrent_requests_get_their_own_answers(client):
     jobs = [client.submit(d, f"Where is item {i}?", 2, "unreal", False, api_name="/ask") for i, d in enumerate(docs)]
     results = [j.result(timeout=120) for j in jobs]
     for i in range(2):
-        assert results[i][0] == alone[i][0] and results[i][4] == alone[i][4]
-    assert all(len(r[4]["data"]) == 2 for r in results)
+        assert results[i][0] == alone[i][0] and results[i][5] == alone[i][5]
+    assert all(len(r[5]["data"]) == 2 for r in results)
 
 
 def test_search_without_an_index_says_so(client):
@@ -152,8 +174,8 @@ def test_a_cancelled_request_leaves_the_app_serving(client, explorer, monkeypatc
     job = client.submit(big, "Where is item 5?", 3, "unreal", True, api_name="/ask")
     assert started.wait(60)
     job.cancel()
-    answer, _bars, _heat, _evidence, chosen, *_ = client.predict(DOC, "What is the zebra code?", 1, "bm25",
-                                                                False, api_name="/ask")
+    answer, _check, _bars, _heat, _evidence, chosen, *_ = client.predict(DOC, "What is the zebra code?", 1, "bm25",
+                                                                        False, api_name="/ask")
     assert isinstance(answer, str) and "4417" in chosen["data"][0][-1]
     assert finished.wait(120)  # the cancelled request's thread ends on its own
     time.sleep(0.5)
@@ -180,6 +202,7 @@ def test_compare_scores_every_method_on_the_same_chunks(client, explorer, monkey
     headers = table["headers"]
     assert headers[:2] == ["chunk", "selected by"] and headers[-1] == "text"
     assert [r[0] for r in answers["data"]] == ["unreal", "bm25", "dense", "sparse"]
+    assert answers["headers"][2] == "evidence check" and all(r[2] for r in answers["data"])
     alone = {m: explorer.rank([doc], "What is the zebra code?", 2, m) for m in ("unreal", "bm25", "dense", "sparse")}
     for row in table["data"]:
         cell = dict(zip(headers, row, strict=True))
@@ -218,7 +241,7 @@ def test_the_page_serves_while_the_model_loads(tiny):
             c = gradio_client.Client(demo.local_url, verbose=False)
             job = c.submit(DOC, "What is the zebra code?", 1, "bm25", False, api_name="/ask")
             gate.set()
-            assert "4417" in job.result(timeout=60)[4]["data"][0][-1]
+            assert "4417" in job.result(timeout=60)[5]["data"][0][-1]
             assert loader.status().startswith("tiny-llama on cpu") and "ready in" in loader.status()
         finally:
             demo.close()

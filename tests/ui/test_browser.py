@@ -21,6 +21,7 @@ from unreal_demo.core.head import untrained_head  # noqa: E402
 from unreal_demo.data.sources import Passage  # noqa: E402
 from unreal_demo.pipeline import Explorer  # noqa: E402
 from unreal_demo.store import index as ix  # noqa: E402
+from unreal_demo.ui.answer_check import ANSWER_LABEL  # noqa: E402
 from unreal_demo.ui.app import CSS, build_demo  # noqa: E402
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -96,7 +97,7 @@ def test_long_document_one_method(page, shots):
     page.get_by_label("bm25").check()
     page.get_by_role("button", name="Select evidence and answer").click()
     page.locator(".unreal-card").first.wait_for(timeout=60_000)
-    answer = page.get_by_label("Answer (streamed)")
+    answer = page.get_by_label(ANSWER_LABEL)
     page.wait_for_function("el => el.value.length > 0", arg=answer.element_handle(), timeout=60_000)
     page.locator(".js-plotly-plot .bars path").first.wait_for(state="attached", timeout=60_000)
     assert page.locator(".js-plotly-plot .bars path").count() > 10  # one bar per chunk
@@ -136,7 +137,7 @@ def test_wikipedia_search_and_answer(page, shots):
     tab.get_by_role("button", name="Search").click()
     tab.locator(".unreal-card .unreal-seg").first.wait_for(timeout=60_000)  # UNREAL's pooled spans, shaded
     tab.get_by_role("button", name="Answer from the top 5").click()
-    answer = tab.get_by_label("Answer (streamed)")
+    answer = tab.get_by_label(ANSWER_LABEL)
     page.wait_for_function("el => el.value.length > 0", arg=answer.element_handle(), timeout=60_000)
     shoot(page, shots, "wikipedia")
 

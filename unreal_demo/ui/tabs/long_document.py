@@ -14,9 +14,11 @@ import pandas as pd
 from ...core.generation import ANSWER_RULE, AnswerRule, Generation, fits_window, prompt_ids
 from ...data.textio import check_text, decode_text
 from ...errors import InputError, UserError
+from ...evaluation.faithfulness import answer_support
 from ...pipeline import MAX_CHARS, AskStep, Explorer, Loading, Ranking
 from ...retrieval.registry import names
 from .. import plots
+from ..answer_check import ANSWER_LABEL, PLACEHOLDER, check_html, verdict
 from ..evidence import evidence_html
 from ..examples import EXAMPLES, load_examples
 from ..gpu import on_gpu
@@ -27,7 +29,7 @@ COMPARED = ("unreal", "bm25", "dense", "sparse")
 SELECTED_COLUMNS = ["chunk", "doc", "tokens", "score", "text"]
 TIMING_COLUMNS = ["method", "prompt tokens", "encode s", "retrieval s", "prefill s", "time to first token s"]
 COMPARE_COLUMNS = ["chunk", "selected by", *(f"{m} rank" for m in COMPARED), "text"]
-ANSWER_COLUMNS = ["method", "answer", "prompt tokens", "time to first token s"]
+ANSWER_COLUMNS = ["method", "answer", "evidence check", "prompt tokens", "time to first token s"]
 EMPTY_TIMINGS = pd.DataFrame(columns=TIMING_COLUMNS)
 
 
@@ -133,8 +135,9 @@ def build_tab(loader: Loading) -> Ready:
                 compare = gr.Button("Compare methods", interactive=False)
                 answer_each = gr.Checkbox(label="answer with each method", value=False)
             notice = gr.Markdown(status, elem_classes=["unreal-notice"] if status else None)
-    answer = gr.Textbox(label="Answer (streamed)", lines=3, elem_classes=["unreal-answer"],
+    answer = gr.Textbox(label=ANSWER_LABEL, lines=3, elem_classes=["unreal-answer"],
                         placeholder="The answer appears here, token by token.")
+    check = gr.HTML(PLACEHOLDER, elem_id="unreal-answer-check")
     with gr.Row():
         bars = gr.Plot(label="Per-chunk scores (after a run)")
         heat = gr.Plot(label="MaxSim detail (after an UNREAL run)")
@@ -156,8 +159,9 @@ def build_tab(loader: Loading) -> Ready:
         cmp_plot = gr.Plot(label="Normalised score per chunk and method")
         cmp_table = gr.Dataframe(pd.DataFrame(columns=COMPARE_COLUMNS), wrap=True,
                                  label="Chunks any method selected: who selected each, and its rank under each")
-        cmp_answers = gr.Dataframe(pd.DataFrame(columns=ANSWER_COLUMNS), wrap=True,
-                                   label="Each method's answer (tick 'answer with each method')")
+        cmp_answers = gr.Dataframe(pd.DataFrame(columns=ANSWER_COLUMNS), wrap=True, label=(
+            f"Each method's answer by {loader.model} ({ANSWER_RULE.limit}; tick 'answer with each method'), and "
+            "whether its content words occur in that method's selected chunks"))
         cmp_files = gr.File(label="Download the comparison (JSON, CSV)", file_count="multiple", interactive=False)
     upload.change(read_upload, [upload, text], text, api_name=False)
 
@@ -174,13 +178,22 @@ def build_tab(loader: Loading) -> Ready:
                     notes = "\n".join(f"- {m}" for m in ranking.notices)
                     progress(0.5, desc="answering")
                 if not step.done:
-                    yield step.text, bar_fig, heat_fig, shown, table, EMPTY_TIMINGS, notes or status, None
+                    yield (step.text, PLACEHOLDER, bar_fig, heat_fig, shown, table, EMPTY_TIMINGS, notes or status,
+                           None)
+            support = answer_support(step.text, [ranking.chunks[i].text for i in ranking.selected])
+            said = check_html(explorer, Generation(step.text, stop=step.stop), support)
+            copied: dict[int, list[tuple[int, int]]] = {}
+            for j, start, end in support.copied:  # j: the position among the selected chunks
+                copied.setdefault(ranking.selected[j], []).append((start, end))
+            shown = evidence_html(explorer, ranking, q, ranks(ranking), copied)
             full = _time_full(explorer, ranking, q) if full_too and meth != "full" else None
             times = timing_table(explorer, step, q, full)
             record = {"question": q, "method": meth, "n": int(n_sel), "answer": step.text, "model": loader.model,
-                      "head": loader.head_source, "timings": step.timings, "notices": ranking.notices}
+                      "head": loader.head_source, "answer_rule": ANSWER_RULE.name, "answer_stop": step.stop,
+                      "answer_check": [vars(x) for x in support.sentences], "timings": step.timings,
+                      "notices": ranking.notices}
             out = export("ask", record, chunk_rows(ranking), {"selected": table, "timings": times})
-            yield step.text, bar_fig, heat_fig, shown, table, times, notes or status, out
+            yield step.text, said, bar_fig, heat_fig, shown, table, times, notes or status, out
         except UserError as exc:
             raise gr.Error(str(exc)) from None
 
@@ -202,8 +215,9 @@ def build_tab(loader: Loading) -> Ready:
                 t0, gen, first = time.perf_counter(), Generation(), None
                 for gen in explorer.stream(r, q):
                     first = first or (time.perf_counter() - t0 if gen.tokens else None)
-                answers.append({"method": r.method, "answer": gen.text, "prompt tokens": gen.prompt_tokens,
-                                "time to first token s": round(first or 0.0, 3)})
+                support = answer_support(gen.text, [r.chunks[i].text for i in r.selected])
+                answers.append({"method": r.method, "answer": gen.text, "evidence check": verdict(support),
+                                "prompt tokens": gen.prompt_tokens, "time to first token s": round(first or 0.0, 3)})
         except UserError as exc:
             raise gr.Error(str(exc)) from None
         table, said = compare_table(rankings), pd.DataFrame(answers, columns=ANSWER_COLUMNS)
@@ -218,7 +232,7 @@ def build_tab(loader: Loading) -> Ready:
                 gr.update(open=True))
 
     examples = load_examples() if (EXAMPLES / "examples.json").exists() else []
-    outputs = [answer, bars, heat, evidence, chosen, timings, notice, files]
+    outputs = [answer, check, bars, heat, evidence, chosen, timings, notice, files]
     if examples:
         gr.Examples(examples, [text, question, n, method], label="Ready examples (offline text)",
                     fn=on_gpu(ask), outputs=outputs, cache_examples=True, cache_mode="lazy")

@@ -13,10 +13,11 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from ...core.encoding import MAX_TOKENS
-from ...core.generation import prompt_ids, stream_answer
+from ...core.generation import Generation
 from ...data.sources import load_corpus
 from ...data.textio import check_text
 from ...errors import UserError
+from ...evaluation.faithfulness import answer_support
 from ...evaluation.longcontext_report import qa_table
 from ...evaluation.qa import BOUNDS
 from ...evaluation.results import head_mismatch, made_by
@@ -25,6 +26,7 @@ from ...retrieval.registry import names
 from ...settings import PRECOMPUTED, display_path
 from ...store import index as ix
 from .. import plots
+from ..answer_check import ANSWER_LABEL, PLACEHOLDER, check_html
 from ..evidence import hits_html
 from ..gpu import on_gpu
 from ..wiring import Ready
@@ -136,15 +138,17 @@ def build_tab(loader: Loading) -> Ready:
                 "the BM25 rank column and the BM25 table beside show where the method and lexical matching "
                 "disagree.")
     with gr.Row():
-        table = gr.Dataframe(pd.DataFrame(columns=HIT_COLUMNS), wrap=True, label="chosen method")
+        table = gr.Dataframe(pd.DataFrame(columns=HIT_COLUMNS), wrap=True, label="chosen method", interactive=False)
         bm25_table = gr.Dataframe(pd.DataFrame(columns=[c for c in HIT_COLUMNS if c != "BM25 rank"]), wrap=True,
-                                  label="BM25, same query")
+                                  label="BM25, same query", interactive=False)
     with gr.Accordion("Evidence in the top 5 hits", open=True):
         evidence = gr.HTML("<p class='unreal-placeholder'>After a search: the top 5 hits of the chosen method, "
                            "UNREAL's pooled spans shaded by max_g ⟨q_g, k_p⟩ and BM25's matched terms "
                            "underlined.</p>")
     answer_btn = gr.Button("Answer from the top 5", interactive=False)
-    answer = gr.Textbox(label="Answer (streamed)", lines=3, placeholder="Search, then answer from the top 5 hits.")
+    answer = gr.Textbox(label=ANSWER_LABEL, lines=3, placeholder="Search, then answer from the top 5 hits.")
+    check = gr.HTML(PLACEHOLDER)
+    searched = gr.State({})  # per user: the last search's query, its top 5 hits and the index's L_p and token cut
     with gr.Accordion("Downstream QA: each retriever's top-k, same LLM (the paper's Table 1)", open=False):
         qa_panel(loader)
 
@@ -204,22 +208,35 @@ def build_tab(loader: Loading) -> Ready:
         fig.update_layout(title=f"top {len(result['hits'])} by {m} — query {t.get('query_encoding', 0):.2f} s, "
                                 f"scan {t.get('scan', 0):.3f} s", height=300)
         bm25["hits"] = bm25["hits"][:k_]
-        shown = hits_html(loader.get(), result["hits"][:5], q, index.manifest["n_pool"], MAX_TOKENS)
+        last = {"query": q, "hits": result["hits"][:5], "n_pool": index.manifest["n_pool"]}
         return (fig, _hits_table(result, bm25_rank), _hits_table(bm25, bm25_rank).drop(columns=["BM25 rank"]),
-                described[name], shown)
+                described[name], _cards(last), last, "", PLACEHOLDER)
 
-    def do_answer(q: str, rows: pd.DataFrame):
-        if rows is None or len(rows) == 0:
+    def _cards(last: dict, copied: dict | None = None) -> str:
+        return hits_html(loader.get(), last["hits"], last["query"], last["n_pool"], MAX_TOKENS, copied)
+
+    def do_answer(last: dict):
+        """The searched query answered from its top 5 hits by :meth:`Explorer.stream_passages`, the Long document
+        tab's answering path, then checked against them."""
+        if not last.get("hits"):
             raise gr.Error("search first")
-        backbone = loader.get().backbone
-        ids = prompt_ids(backbone, list(rows["passage"][:5]), q)
-        for gen in stream_answer(backbone, ids):
-            yield gen.text
+        explorer, passages = loader.get(), [h["text"] for h in last["hits"]]
+        try:
+            gen = Generation()
+            for gen in explorer.stream_passages(passages, last["query"], source="the top 5 hits"):
+                yield gen.text, PLACEHOLDER, gr.skip()
+        except UserError as exc:
+            raise gr.Error(str(exc)) from None
+        support = answer_support(gen.text, passages)
+        copied: dict[int, list[tuple[int, int]]] = {}
+        for j, start, end in support.copied:
+            copied.setdefault(j, []).append((start, end))
+        yield gen.text, check_html(explorer, gen, support), _cards(last, copied)
 
     load.click(open_index, corpus, status, api_name=False)
-    go_btn.click(on_gpu(do_search), [query, k, method, corpus], [chart, table, bm25_table, status, evidence],
-                 api_name="search")
-    answer_btn.click(on_gpu(do_answer), [query, table], answer, api_name=False)
+    go_btn.click(on_gpu(do_search), [query, k, method, corpus],
+                 [chart, table, bm25_table, status, evidence, searched, answer, check], api_name="search")
+    answer_btn.click(on_gpu(do_answer), searched, [answer, check, evidence], api_name=False)
 
     def fill(explorer: Explorer) -> dict:
         ready = ready_corpora(explorer)
