@@ -325,7 +325,18 @@ class TestDescribePeak:
         assert "no peak: it rises to the largest n" in describe_peak(rising, "unreal", 8000)
         assert "fewer than two" in describe_peak(table[:1], "unreal", 8000)
         bare = [{k: v for k, v in r.items() if k != "em_ci"} for r in table]  # a row without an interval
-        assert "highest at n = 1 (0.300, 95% CI 0.300–0.300)" in describe_peak(bare, "unreal", 8000, "em")
+        text = describe_peak(bare, "unreal", 8000, "em")
+        assert "highest at n = 1 (0.300) against 0.100 at n = 20; this result holds no 95% intervals, so no " \
+               "shape is claimed" in text and "CI" not in text
+
+    def test_a_run_too_small_for_an_interval_says_so(self):
+        from unreal_demo.evaluation.longcontext_report import describe_peak
+
+        one = [self.cell(n, 0.111, 0.0, 0.5) | {"questions": 1} for n in (1, 3, 5)]
+        text = describe_peak(one, "unreal", 8000)
+        assert "(1 question per cell): f1 is highest at n = 1 (0.111) against 0.111 at n = 5; too few questions " \
+               "for a 95% interval, so no shape is claimed" in text
+        assert "CI" not in text and "0.111–0.111" not in text
 
 
 def test_hard_distractors_interleave_the_article_and_bm25_neighbours():

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pandas as pd
+
 from unreal_demo.ui import plots
 
 QA = [{"method": "no context", "key": "none", "k": None, "contained": 0.1, "contained_ci": (0.05, 0.15)},
@@ -84,3 +86,21 @@ def test_dev_curve_plots_the_logged_dev_recall_with_wilson_bands():
     assert list(band.y)[2:] == [wilson(0.6, 200)[0], wilson(0.5, 200)[0]]
     assert len(dev_curve(log).data) == 2  # no bands without the number of questions
     assert dev_curve(log[:1]).layout.annotations[0].text == "no dev evaluation in this log"
+
+
+def test_captions_name_the_colours_the_figures_draw():
+    from unreal_demo.ui.tabs.intrinsic import rank_caption, recall_caption
+
+    ranks = plots.layer_head_heatmap([[1, 5], [2, 9]], "ranks")
+    assert plots.scale_ends(ranks) == ("yellow", "dark purple")  # reversed: rank 1 (the lowest value) is yellow
+    assert rank_caption().startswith("*What to look for:* yellow cells are layer × head pairs that rank the answer "
+                                     "chunk first (rank 1)")
+    assert plots.scale_ends(plots.layer_head_heatmap([[0.1]], "recall", reverse=False)) == ("dark purple", "yellow")
+    assert "yellow cells are heads that put the gold chunk first often, dark purple cells rarely" in recall_caption()
+
+
+def test_the_flops_legend_sits_below_the_plot_clear_of_both_axes():
+    measured = pd.DataFrame({"method": ["full", "unreal"], "tokens": [1000, 1000], "ttft_s": [0.5, 0.2]})
+    fig = plots.flops_curves([1e3, 1e4], [1e9, 1e10], [2e9, 3e9], 5e3, measured)
+    assert fig.layout.yaxis2.side == "right" and fig.layout.legend.orientation == "h"
+    assert fig.layout.legend.y < 0 and fig.layout.legend.yanchor == "top"

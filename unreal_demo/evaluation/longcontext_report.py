@@ -37,20 +37,31 @@ def name(method: str) -> str:
     return SHORT.get(method) or (METHODS[method].label if method in METHODS else method)
 
 
+MIN_QUESTIONS = 10  # questions per cell below which a caption quotes no 95% interval (a live run has 1–5)
+
+
 def describe_peak(table: list[dict], method: str, length: int, metric: str = "f1") -> str:
     """What the measured curve of ``method`` at ``length`` shows, in one or two sentences (for captions).
 
     An inverted U is claimed only when the best n's 95% interval lies above the intervals of both the
-    smallest and the largest n; otherwise the text says there is no peak within the intervals.
+    smallest and the largest n; otherwise the text says there is no peak within the intervals. With fewer than
+    :data:`MIN_QUESTIONS` questions per cell, or rows without intervals, no interval is quoted and no shape claimed.
     """
     cells = sorted((r for r in table if r["method"] == method and r["length"] == length and r["n"] is not None
                     and metric in r), key=lambda r: r["n"])
     if len(cells) < 2:
         return f"{name(method)} at {label(length)}: fewer than two n values measured."
-    vals = [(m, m if lo is None else lo, m if hi is None else hi)  # a row without an interval: the mean
-            for m, lo, hi in (estimate(r, metric) for r in cells)]
+    vals = [estimate(r, metric) for r in cells]
     best = max(range(len(cells)), key=lambda i: vals[i][0])
     (m, lo, hi), first, last = vals[best], vals[0], vals[-1]
+    asked = min(r["questions"] for r in cells)
+    others = [f"{v[0]:.3f} at n = {cells[i]['n']}" for i, v in ((0, first), (len(cells) - 1, last)) if i != best]
+    recall = f"Evidence recall goes from {cells[0]['recall']:.2f} to {cells[-1]['recall']:.2f} over the same n"
+    if asked < MIN_QUESTIONS or any(v[1] is None or v[2] is None for v in vals):
+        why = "too few questions for a 95% interval" if asked < MIN_QUESTIONS else "this result holds no 95% intervals"
+        return (f"{name(method)} at {label(length)} ({asked} question{'s' * (asked != 1)} per cell): {metric} is "
+                f"highest at n = {cells[best]['n']} ({m:.3f}) against {' and '.join(others)}; {why}, so no shape "
+                f"is claimed. {recall}.")
     ends = f"n = {cells[0]['n']}: {first[1]:.3f}–{first[2]:.3f}; n = {cells[-1]['n']}: {last[1]:.3f}–{last[2]:.3f}"
     if 0 < best < len(cells) - 1 and lo > first[2] and lo > last[2]:
         shape = "an inverted U: the peak's interval lies above both ends'"
@@ -62,10 +73,9 @@ def describe_peak(table: list[dict], method: str, length: int, metric: str = "f1
         shape = "no peak within the 95% intervals"
     hits = "" if cells[0].get("f1_hit") is None or cells[-1].get("f1_hit") is None else (
         f", while F1 where the gold chunk was selected goes from {cells[0]['f1_hit']:.3f} to {cells[-1]['f1_hit']:.3f}")
-    others = [f"{v[0]:.3f} at n = {cells[i]['n']}" for i, v in ((0, first), (len(cells) - 1, last)) if i != best]
-    return (f"{name(method)} at {label(length)} ({cells[0]['questions']} questions per cell): {metric} is highest at "
+    return (f"{name(method)} at {label(length)} ({asked} questions per cell): {metric} is highest at "
             f"n = {cells[best]['n']} ({m:.3f}, 95% CI {lo:.3f}–{hi:.3f}) against {' and '.join(others)}: {shape}. "
-            f"Evidence recall goes from {cells[0]['recall']:.2f} to {cells[-1]['recall']:.2f} over the same n{hits}.")
+            f"{recall}{hits}.")
 
 
 def markdown(table: list[dict], rows: list[dict] | None = None) -> str:

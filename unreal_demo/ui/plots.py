@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import colorsys
 from collections.abc import Sequence
 
 import pandas as pd
@@ -52,11 +53,9 @@ def chunk_scores(ranking: Ranking) -> go.Figure:
 
 
 def group_heatmap(ranking: Ranking) -> go.Figure:
-    """Query-group × pooled-vector similarities ⟨q_g, k_{i,p}⟩ for the top chunks, side by side."""
+    """Query-group × pooled-vector similarities ⟨q_g, k_{i,p}⟩ for the top chunks, side by side (a ranking with
+    ``group_sims``: UNREAL's)."""
     fig = go.Figure()
-    if not ranking.group_sims:
-        fig.add_annotation(text="MaxSim detail is shown for the UNREAL method", showarrow=False)
-        return fig.update_layout(height=260)
     ids = list(ranking.group_sims)
     n_pool = len(ranking.group_sims[ids[0]][0])
     z = [sum((ranking.group_sims[i][g] for i in ids), []) for g in range(len(ranking.group_sims[ids[0]]))]
@@ -126,8 +125,11 @@ def flops_curves(lengths: Sequence[float], full: Sequence[float], unreal: Sequen
             fig.add_scatter(x=part["tokens"], y=part["ttft_s"], name=f"{method} TTFT (s, measured)", yaxis="y2",
                             mode="markers+lines", line={"color": color, "dash": "dot"})
         fig.update_layout(yaxis2={"title": "measured TTFT (s)", "type": "log", "overlaying": "y", "side": "right"})
+    # the legend goes below the plot, clear of the measured-TTFT axis on the right and of the x-axis title
     return fig.update_layout(xaxis={"type": "log", "title": "context tokens N"},
-                             yaxis={"type": "log", "title": "FLOPs"}, height=380, title="Eq. 8 cost model")
+                             yaxis={"type": "log", "title": "FLOPs"}, height=440, title="Eq. 8 cost model",
+                             legend={"orientation": "h", "yanchor": "top", "y": -0.25, "x": 0},
+                             margin={"t": 50, "b": 40})
 
 
 def ratio_curve(lengths: Sequence[float], ratio: Sequence[float]) -> go.Figure:
@@ -156,6 +158,29 @@ def layer_curves(result: dict, k: int = 1) -> go.Figure:
                       annotation_text=f"{ref} {result['references'][ref][f'R@{k}']:.2f}")
     return fig.update_layout(title=f"gold chunk recall@{k} by layer ({result['sample']} held-out questions)",
                              xaxis_title="layer", yaxis_title=f"recall@{k}", yaxis_range=[0, 1], height=420)
+
+
+def colour_name(colour: str) -> str:
+    """A plain name for a ``#rrggbb`` colour, for captions: ``"yellow"``, ``"dark purple"``, ``"light green"``.
+
+    >>> colour_name("#fde725"), colour_name("#440154"), colour_name("#21918c")
+    ('yellow', 'dark purple', 'teal')
+    """
+    r, g, b = (int(colour[i:i + 2], 16) / 255 for i in (1, 3, 5))
+    hue, light, saturation = colorsys.rgb_to_hls(r, g, b)
+    if saturation < 0.15:
+        return "black" if light < 0.2 else "white" if light > 0.85 else "grey"
+    names = ((15, "red"), (40, "orange"), (70, "yellow"), (160, "green"), (200, "teal"), (255, "blue"),
+             (330, "purple"), (360, "red"))
+    name = next(n for top, n in names if hue * 360 < top)
+    return f"dark {name}" if light < 0.3 else f"light {name}" if light > 0.8 else name
+
+
+def scale_ends(fig: go.Figure) -> tuple[str, str]:
+    """The colours of the lowest and of the highest value in the first trace of ``fig`` (its colour scale as drawn,
+    reversed or not), by :func:`colour_name`: what a caption says about the figure's colours comes from here."""
+    scale = fig.data[0].colorscale
+    return colour_name(scale[0][1]), colour_name(scale[-1][1])
 
 
 def layer_head_heatmap(z, title: str, label: str = "rank", reverse: bool = True) -> go.Figure:

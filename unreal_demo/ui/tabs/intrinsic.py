@@ -17,6 +17,21 @@ from ..gpu import on_gpu
 from ..wiring import Ready
 
 
+def rank_caption() -> str:
+    """The caption of the live rank heatmap, its colours read from the colour scale
+    :func:`plots.layer_head_heatmap` draws ranks with (rank 1 is the lowest value)."""
+    first, last = plots.scale_ends(plots.layer_head_heatmap([[1, 2]], "ranks"))
+    return (f"*What to look for:* {first} cells are layer × head pairs that rank the answer chunk first (rank 1); "
+            f"the more {last} a cell, the lower that head ranks it.")
+
+
+def recall_caption() -> str:
+    """The caption of the benchmark's recall heatmap, its colours read from the colour scale it is drawn with."""
+    low, high = plots.scale_ends(plots.layer_head_heatmap([[0.0, 1.0]], "recall", reverse=False))
+    return (f"*What to look for:* {high} cells are heads that put the gold chunk first often, {low} cells rarely; "
+            "a few heads carry the retrieval signal, and the mean over heads hides them.")
+
+
 def build_tab(loader: Loading) -> Ready:
     gr.Markdown("Untrained retrieval inside the frozen model (Appendix A.2.1): score_i = ⟨mean query of the "
                 "question, mean key of chunk i⟩ per layer and head. Pick the chunk that holds the answer and see "
@@ -34,7 +49,7 @@ def build_tab(loader: Loading) -> Ready:
         gr.Plot(plots.layer_head_heatmap(result["curves"]["separate/qk_post"]["R@1 by head"],
                                          "benchmark recall@1 by layer × head (separate, post-rotary)",
                                          label="recall@1", reverse=False))
-        gr.Markdown("*What to look for:* a few heads carry the retrieval signal; the mean over heads hides them.")
+        gr.Markdown(recall_caption())
     examples = load_examples()
     with gr.Row():
         text = gr.Textbox(label="Context", lines=8, value=examples[1][0] if len(examples) > 1 else "")
@@ -47,10 +62,11 @@ def build_tab(loader: Loading) -> Ready:
             target = gr.Number(value=-1, precision=0, label="answer chunk id (-1: BM25's top chunk)")
             run = gr.Button("Score every layer and head", variant="primary", interactive=False)
     heat = gr.Plot(label="Rank of the answer chunk by layer × head (after a run)")
-    gr.Markdown("*What to look for:* dark cells are layer × head pairs that rank the answer chunk first.")
+    gr.Markdown(rank_caption(), elem_id="unreal-rank-caption")
     chunk_heat = gr.Plot(label="Chunk scores by layer (after a run)")
-    gr.Markdown("*What to look for:* × marks each layer's best chunk (scores z-normalised per head, then "
-                "averaged over heads); a column of × on the answer chunk means many layers agree.")
+    low, high = plots.scale_ends(plots.layer_chunk_heatmap([[0.0, 1.0]], "scores"))
+    gr.Markdown(f"*What to look for:* × marks each layer's best chunk (scores z-normalised per head, then averaged "
+                f"over heads; {high}: high, {low}: low); a column of × on the answer chunk means many layers agree.")
     depth = loader.head.config.n_layers if loader.head is not None else 30  # the model's, once it is loaded
     layer = gr.Slider(1, depth, value=depth * 2 // 3, step=1, label="layer: show its top chunk")
     info = gr.Markdown()

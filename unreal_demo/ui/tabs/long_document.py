@@ -140,7 +140,7 @@ def build_tab(loader: Loading) -> Ready:
     check = gr.HTML(PLACEHOLDER, elem_id="unreal-answer-check")
     with gr.Row():
         bars = gr.Plot(label="Per-chunk scores (after a run)")
-        heat = gr.Plot(label="MaxSim detail (after an UNREAL run)")
+        heat = gr.Plot(label="MaxSim detail (after an UNREAL run)", visible=False)
     gr.Markdown("*What to look for:* left, every chunk's score in document order, the selected top n in colour "
                 "(a clear spike at the answer's chunk means a confident selection); right, for UNREAL, which "
                 "query group g matched which pooled position p of each top chunk (Eq. 4 takes the max over p "
@@ -173,7 +173,9 @@ def build_tab(loader: Loading) -> Ready:
             for step in explorer.ask_stream([doc or ""], q or "", n_sel, meth):
                 if not step.prompt_tokens:  # the first step: the ranking, before any answer
                     ranking = step.ranking
-                    bar_fig, heat_fig = plots.chunk_scores(ranking), plots.group_heatmap(ranking)
+                    bar_fig = plots.chunk_scores(ranking)  # MaxSim detail only for a method that has it
+                    heat_fig = gr.update(value=plots.group_heatmap(ranking) if ranking.group_sims else None,
+                                         visible=bool(ranking.group_sims))
                     table, shown = selected_table(ranking), evidence_html(explorer, ranking, q, ranks(ranking))
                     notes = "\n".join(f"- {m}" for m in ranking.notices)
                     progress(0.5, desc="answering")

@@ -110,7 +110,8 @@ def build_tab(loader: Loading) -> Ready:
                    api_name=False)
 
     gr.Markdown("### Live run\nRe-runs a small sample on this machine (chunk encodings and answers are cached, so "
-                "a repeat is fast; on 2 CPU cores one question at 2K with five n values takes about a minute).")
+                "a repeat is fast; on 2 CPU cores one question at 2K with five n values takes about a minute). Its "
+                "result is drawn here, below the precomputed one, which stays as it is.")
     with gr.Row():
         live_length = gr.Dropdown(["2K", "4K", "8K", "16K"], value="2K", label="length")
         live_ns = gr.CheckboxGroup(LIVE_NS, value=[1, 3, 5, 10], label="n values")
@@ -119,6 +120,9 @@ def build_tab(loader: Loading) -> Ready:
                                     info="; ".join(f"{k}: {v}" for k, v in DISTRACTORS.items()))
     go = gr.Button("Run live sample", variant="primary", interactive=False)
     status = gr.Markdown()
+    live_plot = gr.Plot(label="live run: accuracy against n (after a run)")
+    live_caption = gr.Markdown()
+    live_frame = gr.Dataframe(None, label="live run: every cell", interactive=False)
 
     def live(length_label: str, ns: list[int], sample: int, metric_name: str, distractors: str = "pool",
              progress=gr.Progress()):  # noqa: B008 (Gradio's idiom)
@@ -134,10 +138,11 @@ def build_tab(loader: Loading) -> Ready:
         except UserError as exc:
             raise gr.Error(str(exc)) from None
         rows = out["table"]
-        figs = draw(length_label, metric_name, rows)
+        fig, _, text = draw(length_label, metric_name, rows)
         note = f"Live: {out['setting']} — {out['wall_seconds']:.0f} s."
-        return (*figs, summary_frame(rows), rows, note, gr.update(choices=[length_label], value=length_label))
+        return fig, text.replace("**What these data show:**", "**What this live run shows:**"), \
+            summary_frame(rows), note
 
     go.click(on_gpu(live, 600), [live_length, live_ns, live_sample, metric, live_distractors],
-             [topn, by_length, caption, frame, shown, status, length], api_name="topn", concurrency_limit=1)
+             [live_plot, live_caption, live_frame, status], api_name="topn", concurrency_limit=1)
     return Ready(enable=[go])
