@@ -172,3 +172,45 @@ def test_data_list_json_says_what_is_cached(capsys):
     for r in rows:
         assert r["cached"] == SOURCES[r["source"]].path.exists()
         assert r["bytes on disk"] >= 0 and r["licence"]
+
+
+@pytest.mark.parametrize("args,match", [
+    (["index", "search", "--store", "qdrant:ftp://host", "--query", "q"], "store 'qdrant:ftp://host' not understood"),
+    (["index", "search", "--store", "/a/folder", "--query", "q"], "not understood: use qdrant-edge:PATH"),
+    (["index", "export", "--to", "/a/folder"], "index export needs --to qdrant-edge:PATH"),
+    (["index", "search", "--query", "q", "--where", "source=x"], "give --store qdrant-edge:PATH"),
+    (["index", "search", "--store", "qdrant::memory:", "--query", "q", "--where", "colour=red"], "use source=NAME"),
+    (["index", "search", "--store", "qdrant::memory:/none", "--query", "q"], "no Qdrant store at :memory:/none"),
+    (["index", "search", "--store", "qdrant:http://127.0.0.1:9", "--query", "q"], "connecting failed"),
+    (["index", "delete", "--store", "qdrant::memory:"], "index delete needs --ids"),
+    (["index", "add", "--store", "qdrant::memory:"], "index add needs --passages"),
+], ids=lambda v: "qdrant" if isinstance(v, list) else None)
+def test_qdrant_flags_are_one_line_before_any_model(capsys, args, match):
+    assert main([*args, "--model", "no/such-model-anywhere"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and match in err
+
+
+def test_qdrant_export_search_add_delete(tmp_path, capsys, folder):
+    import json
+
+    corpus, extra = tmp_path / "p.jsonl", tmp_path / "new.jsonl"
+    corpus.write_text("".join(json.dumps({"id": f"p{i}", "title": t, "text": f}) + "\n"
+                              for i, (t, f) in enumerate(zip(TOWNS, FILLER, strict=True))))
+    extra.write_text(json.dumps({"id": "z", "title": "Zebra", "text": FACT}) + "\n")
+    model, store = ["--model", str(folder)], "qdrant::memory:/cli"
+    _json_out(capsys, ["index", "build", "--out", str(tmp_path / "ix"), "--corpus", str(corpus), "--no-dense", *model])
+    out = _json_out(capsys, ["index", "export", "--index", str(tmp_path / "ix"), "--to", store, *model])
+    assert out["chunks"] == len(TOWNS) and out["store"] == store
+
+    def titles(*flags: str) -> list[str]:
+        found = _json_out(capsys, ["index", "search", "--store", store, "--query", "zebra code weather Dunmore",
+                                   "--k", "3", "--json", *flags, *model])
+        return [h["title"] for h in found["hits"]]
+
+    assert titles("--method", "bm25")[0] == "Dunmore"
+    assert titles("--where", "title^=Av") == ["Avalon"]  # a payload filter, with UNREAL
+    assert _json_out(capsys, ["index", "add", "--store", store, "--passages", str(extra), *model])["added_chunks"] == 1
+    assert titles("--method", "bm25")[0] == "Zebra"
+    assert _json_out(capsys, ["index", "delete", "--store", store, "--ids", "z", *model])["deleted_chunks"] == 1
+    assert "Zebra" not in titles("--method", "bm25")

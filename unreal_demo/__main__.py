@@ -18,6 +18,7 @@ from .errors import InputError, UserError
 from .retrieval import registry as retrieval
 from .settings import DEFAULT_HEADS, display_path
 from .store.codec import CODECS, DENSE_CODECS
+from .store.qdrant import DATATYPES, STORE_HELP
 
 
 def _ask(args: argparse.Namespace) -> None:
@@ -138,10 +139,11 @@ def _eval(args: argparse.Namespace) -> None:
         from .evaluation.qa import check_methods, run_qa_eval
         from .pipeline import Explorer
         from .store import index
+        from .store.qdrant import open_store
 
         methods = check_methods(args.methods.split(",") if args.methods else list(QA_METHODS))
         explorer = Explorer.load(args.model, head=args.head, require_head=True, dtype=args.dtype)
-        ix = index.Index(args.index or index.default_index(explorer), verify=False)
+        ix = open_store(args.index or index.default_index(explorer))
         methods = _servable(ix, explorer, methods, bool(args.methods))
         bar = tqdm(unit="question")
         result = run_qa_eval(explorer, ix, args.sample, methods, ks, args.seed,
@@ -154,10 +156,11 @@ def _eval(args: argparse.Namespace) -> None:
         from .evaluation.retrieval import run_index_retrieval_eval
         from .pipeline import Explorer
         from .store import index
+        from .store.qdrant import open_store
 
         methods = retrieval.check(args.methods.split(",") if args.methods else retrieval.names("index"), "index")
         explorer = Explorer.load(args.model, head=args.head, require_head=True, dtype=args.dtype)
-        ix = index.Index(args.index or index.default_index(explorer), verify=False)
+        ix = open_store(args.index or index.default_index(explorer))
         methods = _servable(ix, explorer, methods, bool(args.methods))
         result = run_index_retrieval_eval(explorer, ix, args.sample, methods, args.seed, args.out)
         print(json.dumps(result) if args.json else result["markdown"])
@@ -234,6 +237,9 @@ def _index(args: argparse.Namespace) -> None:
         raise InputError("the query is empty")
     if args.k < 1:
         raise InputError("--k must be at least 1")
+    if args.action in ("export", "add", "delete") or args.store or args.where or args.ef is not None:
+        _qdrant(args)
+        return
     if args.action in ("build", "compress") and not args.out:
         raise InputError(f"index {args.action} needs --out DIR")
     if args.action == "compress":
@@ -271,14 +277,63 @@ def _index(args: argparse.Namespace) -> None:
             print(json.dumps(summary | {"shards": len(manifest["shards"])}))
         return
     explorer = Explorer.load(args.model, head=args.head)
-    result = index.search(index.Index(args.index or index.default_index(explorer)), explorer, args.query, args.k,
-                          args.method)
-    if args.json:
+    _print_hits(index.search(index.Index(args.index or index.default_index(explorer)), explorer, args.query, args.k,
+                             args.method), args.json)
+
+
+def _qdrant(args: argparse.Namespace) -> None:
+    """``index export|add|delete``, and ``index search --store``: the index in Qdrant (:mod:`store.qdrant`)."""
+    from tqdm import tqdm
+
+    from .pipeline import Explorer
+    from .store import index, qdrant
+
+    where = qdrant.Where.parse(args.where or [])  # every flag is checked before a model or a store opens
+    if args.action == "export":
+        if not args.to or not qdrant.is_spec(args.to):
+            raise InputError(f"index export needs --to {qdrant.STORE_HELP}")
+        source = index.Index(args.index or index.default_index(Explorer.load(args.model, head=args.head)))
+        with tqdm(desc="index export", unit="chunk", smoothing=0.05) as bar:
+            manifest = qdrant.export_index(source, args.to, args.datatype, lambda d, t: (
+                setattr(bar, "total", t), bar.update(d - bar.n)), hnsw=args.hnsw)
+        print(json.dumps({"store": args.to, "from": display_path(source.folder)} | manifest))
+        return
+    if not args.store:
+        raise InputError(f"--where and --ef search a Qdrant store: give --store {qdrant.STORE_HELP}")
+    if args.action == "build" or args.action == "compress":
+        raise InputError(f"index {args.action} writes an index folder; --store is for search, add and delete")
+    if args.action == "delete" and not (args.ids or "").strip():
+        raise InputError("index delete needs --ids PASSAGE_ID[,PASSAGE_ID...]")
+    if args.action == "add" and not args.passages:
+        raise InputError("index add needs --passages FILE.jsonl (lines of {id, title, text})")
+    with qdrant.QdrantStore(args.store, args.ef, where if args.action == "search" else None) as store:
+        if args.action == "delete":
+            ids = [x.strip() for x in args.ids.split(",") if x.strip()]
+            if not (deleted := store.delete_passages(ids)):
+                raise InputError(f"no chunk of passage(s) {', '.join(ids)} in {args.store}")
+            print(json.dumps({"deleted_chunks": deleted, "chunks": len(store)}))
+            return
+        if args.action == "add":
+            from .data.sources import load_corpus
+
+            passages = load_corpus(args.passages)
+            explorer = Explorer.load(args.model, head=args.head)
+            with tqdm(desc="index add", unit="chunk") as bar:
+                added = qdrant.add_passages(store, explorer.backbone, passages, lambda d, t: (
+                    setattr(bar, "total", t), bar.update(d - bar.n)))
+            print(json.dumps({"added_chunks": len(added), "passages": len(passages), "chunks": len(store)}))
+            return
+        _print_hits(index.search(store, Explorer.load(args.model, head=args.head), args.query, args.k, args.method),
+                    args.json)
+
+
+def _print_hits(result: dict, as_json: bool) -> None:
+    if as_json:
         print(json.dumps(result))
-    else:
-        for h in result["hits"]:
-            print(f"{h['rank']:>3}  {h['score']:8.4f}  {h['title'][:40]:<40}  {' '.join(h['text'].split()[:14])}")
-        print("timings (s): " + ", ".join(f"{k} {v:.4f}" for k, v in result["timings"].items()))
+        return
+    for h in result["hits"]:
+        print(f"{h['rank']:>3}  {h['score']:8.4f}  {h['title'][:40]:<40}  {' '.join(h['text'].split()[:14])}")
+    print("timings (s): " + ", ".join(f"{k} {v:.4f}" for k, v in result["timings"].items()))
 
 
 def _data(args: argparse.Namespace) -> None:
@@ -414,8 +469,9 @@ def build_parser() -> argparse.ArgumentParser:
     fl.add_argument("--json", action="store_true")
     fl.set_defaults(func=_flops)
 
-    ix = sub.add_parser("index", help="build or search a sharded corpus index")
-    ix.add_argument("action", choices=["build", "search", "compress"])
+    ix = sub.add_parser("index", help="build, search or compress a sharded corpus index; export it to Qdrant, "
+                        "add or delete passages there")
+    ix.add_argument("action", choices=["build", "search", "compress", "export", "add", "delete"])
     ix.add_argument("--out", help="index folder to build or to compress into")
     ix.add_argument("--from", dest="source", help="compress: the built index to compress (nothing is re-encoded)")
     ix.add_argument("--codec", choices=list(CODECS), default="fp16",
@@ -435,7 +491,20 @@ def build_parser() -> argparse.ArgumentParser:
     ix.add_argument("--dense", action=argparse.BooleanOptionalAction, default=True,
                     help="also store MiniLM embeddings (method dense)")
     ix.add_argument("--cpu", action="store_true", help="keep every process on the CPU under accelerate launch")
-    ix.add_argument("--index", help="index folder to search (default: the built or shipped index of corpus all)")
+    ix.add_argument("--index", help="index folder to search or export (default: the built or shipped index of "
+                    "corpus all)")
+    ix.add_argument("--to", help=f"export: the Qdrant store to write, {STORE_HELP}; a killed export resumes")
+    ix.add_argument("--store", help=f"search, add, delete: a Qdrant store instead of an index folder, {STORE_HELP}")
+    ix.add_argument("--where", action="append", help="search a Qdrant store: only chunks with source=NAME, "
+                    "title=TITLE or title^=PREFIX (a payload filter; repeat it for all of them)")
+    ix.add_argument("--ef", type=int, default=None, help="search a Qdrant store with its HNSW index at this ef "
+                    "(approximate) instead of exactly")
+    ix.add_argument("--datatype", choices=list(DATATYPES), default="float32",
+                    help="export: how Qdrant stores the keys and MiniLM vectors")
+    ix.add_argument("--hnsw", action="store_true", help="export: build Qdrant Edge's HNSW graphs after the points "
+                    "are in (for --ef; a server builds its own)")
+    ix.add_argument("--passages", nargs="+", help="add: JSONL files of {id, title, text} passages")
+    ix.add_argument("--ids", help="delete: passage ids, comma-separated")
     ix.add_argument("--query")
     ix.add_argument("--k", type=int, default=10)
     ix.add_argument("--method", choices=retrieval.names("index") + list(retrieval.ALIASES)[:1], default="unreal",
