@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+from types import SimpleNamespace
+
 import pytest
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
@@ -43,3 +46,34 @@ def make_backbone(n_layers: int = 4, seed: int = 0) -> Backbone:
 @pytest.fixture(scope="session")
 def tiny() -> Backbone:
     return make_backbone()
+
+
+class Scripted(torch.nn.Module):
+    """A model that says the given token ids, then its end token, whatever the prompt."""
+
+    def __init__(self, config, script: list[int], eos: int) -> None:
+        super().__init__()
+        self.config, self.script, self.step = config, [*script, eos], 0
+        self.generation_config = SimpleNamespace(eos_token_id=eos)
+        self.anchor = torch.nn.Parameter(torch.zeros(1))  # where the backbone reads its device
+
+    def forward(self, input_ids, cache=None, use_cache=True):
+        if input_ids.shape[1] > 1:  # a new prompt: say the script from its start
+            self.step = 0
+        logits = torch.zeros(1, input_ids.shape[1], self.config.vocab_size)
+        logits[0, -1, self.script[min(self.step, len(self.script) - 1)]] = 1.0
+        self.step += 1
+        return SimpleNamespace(logits=logits)
+
+
+@pytest.fixture(scope="session")
+def saying(tiny) -> Callable[[Sequence[str]], Backbone]:
+    """A backbone (the tiny tokenizer) whose greedy answer to any prompt is ``words`` joined, each word
+    tokenised on its own, then the end token: real decoding and the real answer rule over a known text."""
+    def make(words: Sequence[str]) -> Backbone:
+        tok = tiny.tokenizer
+        script = [i for w in words for i in tok(w, add_special_tokens=False)["input_ids"]]
+        assert tok.decode(script) == "".join(words)
+        return Backbone(Scripted(tiny.model.config, script, tok.eos_token_id), tok, "scripted", "s")
+
+    return make

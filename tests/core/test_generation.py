@@ -2,12 +2,8 @@
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import pytest
-import torch
 
-from unreal_demo.core.backbone import Backbone
 from unreal_demo.core.generation import AnswerRule, complete, first_sentence, stream_answer
 
 # Hard-wrapped at 72 columns, as the licence, the e-book and the mail are; an answer copied from them carries the
@@ -83,36 +79,13 @@ def test_an_answer_that_never_ends_its_sentence_is_kept_whole_unwrapped():
     assert complete("it ends.”") and not complete("it goes on")
 
 
-class _Scripted(torch.nn.Module):
-    """A model that says the given token ids, then its end token."""
-
-    def __init__(self, config, script: list[int], eos: int) -> None:
-        super().__init__()
-        self.config, self.script, self.step = config, [*script, eos], 0
-        self.generation_config = SimpleNamespace(eos_token_id=eos)
-        self.anchor = torch.nn.Parameter(torch.zeros(1))  # where the backbone reads its device
-
-    def forward(self, input_ids, cache=None, use_cache=True):
-        logits = torch.zeros(1, input_ids.shape[1], self.config.vocab_size)
-        logits[0, -1, self.script[min(self.step, len(self.script) - 1)]] = 1.0
-        self.step += 1
-        return SimpleNamespace(logits=logits)
-
-
-def _saying(tiny: Backbone, words: list[str]) -> Backbone:
-    tok = tiny.tokenizer
-    script = [i for w in words for i in tok(w, add_special_tokens=False)["input_ids"]]
-    assert tok.decode(script) == "".join(words)
-    return Backbone(_Scripted(tiny.model.config, script, tok.eos_token_id), tok, "scripted", "s")
-
-
 @pytest.mark.parametrize(("words", "answer", "stop"), [
     (["The answer is", " of the", "\n", "fox", ". The", " dog"], "The answer is of the fox.", "sentence"),
     (["The answer is", " of the", "\n", "fox"], "The answer is of the fox", "eos"),
     (["The answer is", " of the", "\n", "fox", " and the", " dog and"], "The answer is of the fox and the", "budget"),
 ])
-def test_the_stream_stops_at_punctuation_not_at_a_line_break(tiny, words, answer, stop):
+def test_the_stream_stops_at_punctuation_not_at_a_line_break(tiny, saying, words, answer, stop):
     said = [len(tiny.tokenizer(w, add_special_tokens=False)["input_ids"]) for w in words]
     budget = sum(said[:5]) if stop == "budget" else 48  # the budget runs out after " and the"
-    steps = list(stream_answer(_saying(tiny, words), [1, 2, 3], budget, first_sentence_only=True))
+    steps = list(stream_answer(saying(words), [1, 2, 3], budget, first_sentence_only=True))
     assert steps[-1].text == answer and steps[-1].stop == stop

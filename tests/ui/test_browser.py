@@ -17,23 +17,35 @@ import torch
 
 sync_api = pytest.importorskip("playwright.sync_api")
 
+from unreal_demo.core.generation import ANSWER_RULE, stream_answer  # noqa: E402
 from unreal_demo.core.head import untrained_head  # noqa: E402
 from unreal_demo.data.sources import Passage  # noqa: E402
 from unreal_demo.pipeline import Explorer  # noqa: E402
 from unreal_demo.store import index as ix  # noqa: E402
 from unreal_demo.ui.answer_check import ANSWER_LABEL  # noqa: E402
 from unreal_demo.ui.app import CSS, build_demo  # noqa: E402
+from unreal_demo.ui.plots import colour_name  # noqa: E402
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 DOC = "Cats sleep a lot. Dogs bark at night. " * 30 + "The zebra code is 4417. " + "Birds sing in spring. " * 30
 PASSAGES = [Passage(f"p{i}", f"Title {i}", f"Passage {i}: the item {i} weighs {i * 3} kilograms.", "test")
             for i in range(30)]
+# A licence hard-wrapped at 72 columns, and what a model that copies it says: the line break inside the sentence
+# comes with the copy.
+GPL = ("The Corresponding Source for a work in object code form is all the source\ncode needed to generate, "
+       "install, and run the object code. If you convey\nobject code, you must comply with the requirements of "
+       "this\nLicense. Corresponding Source conveyed under this section must be\naccompanied by the Installation "
+       "Information.\n\n") * 12
+GPL_QUESTION = "What must you do if you convey object code?"
+GPL_SAYS = ["You must", " comply with", " the requirements", " of this", "\n", "License", ".", " Corresponding",
+            " Source"]  # 38 of the tiny tokenizer's tokens to the period: within the 48-token limit
+GPL_ANSWER = "You must comply with the requirements of this License."
 
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="Debian chromium is not installed")
 
 
 @pytest.fixture(scope="module")
-def url(tiny, tmp_path_factory):
+def url(tiny, saying, tmp_path_factory):
     mp = pytest.MonkeyPatch()
     mp.setenv("UNREAL_CACHE", str(tmp_path_factory.mktemp("cache")))
     from unreal_demo.retrieval import dense
@@ -41,6 +53,15 @@ def url(tiny, tmp_path_factory):
     mp.setattr(dense, "embed", lambda texts: torch.nn.functional.normalize(  # MiniLM stand-in
         torch.tensor([[len(t) % 7 + 1.0, t.count("a") + 1.0, 1.0] for t in texts]), dim=-1))
     explorer = Explorer(tiny, untrained_head(tiny, n_ret=8, n_groups=4, chunk_layer=3), None)
+    answer = explorer.stream_passages
+
+    def copying_the_licence(passages, question, rule=ANSWER_RULE, source="the passages"):
+        """The random tiny model, except that to the licence question it copies the licence's wrapped lines."""
+        if question != GPL_QUESTION:
+            return answer(passages, question, rule, source)
+        return stream_answer(saying(GPL_SAYS), [1, 2, 3], rule.budget, rule.first_sentence)
+
+    mp.setattr(explorer, "stream_passages", copying_the_licence)
     ix.build_index(ix.default_folder(explorer, "new_wiki"), tiny, PASSAGES, 3, explorer.head.config.n_pool,
                    dense=False)
     demo = build_demo(explorer)
@@ -102,12 +123,39 @@ def test_long_document_one_method(page, shots):
     page.locator(".js-plotly-plot .bars path").first.wait_for(state="attached", timeout=60_000)
     assert page.locator(".js-plotly-plot .bars path").count() > 10  # one bar per chunk
     assert page.locator(".unreal-card u").filter(has_text="zebra").count() >= 1  # the matched term, underlined
+    assert tab.get_by_text("MaxSim detail").filter(visible=True).count() == 0  # BM25 has no MaxSim: no empty panel
     link = page.locator("a[href*='ask.json']").first  # the download list (names are split into stem and suffix)
     link.wait_for(timeout=60_000)
     with page.expect_download() as download:
         link.click()
     assert '"answer"' in Path(download.value.path()).read_text()
     shoot(page, shots, "long_document")
+
+
+def test_a_hard_wrapped_answer_is_whole(page):
+    tab = open_tab(page, "Long document")
+    page.get_by_placeholder("Paste a long document…").fill(GPL)
+    page.get_by_label("Question").fill(GPL_QUESTION)
+    page.get_by_label("bm25").check()
+    page.get_by_role("button", name="Select evidence and answer").click()
+    answer = page.get_by_label(ANSWER_LABEL)
+    sync_api.expect(answer).to_have_value(GPL_ANSWER, timeout=60_000)  # not cut at the line break after "this"
+    check = tab.locator("#unreal-answer-check")
+    sync_api.expect(check).to_contain_text(f"✓ “{GPL_ANSWER}”: every content word occurs in the evidence",
+                                           timeout=30_000)
+    assert "Written by tiny-llama" in check.inner_text()
+    assert tab.locator("mark.unreal-copy[title]").count() >= 1  # the words it copies, marked in the evidence
+
+
+def test_a_pasted_binary_document_is_refused_and_kept(page):
+    open_tab(page, "Long document")
+    binary = "\x7fELF\x02\x01\x01\x03\x00>\x01\x10@\x00\x13\x14 pasted from a program file"
+    box = page.get_by_placeholder("Paste a long document…")
+    box.fill(binary)
+    page.get_by_label("Question").fill("What does it say?")
+    page.get_by_role("button", name="Select evidence and answer").click()
+    page.get_by_text("the document: looks binary or damaged").first.wait_for(timeout=30_000)
+    assert box.input_value() == binary  # the user's text stays
 
 
 def test_long_document_compare_mode(page, shots):
@@ -146,8 +194,13 @@ def test_topn_precomputed_plots_and_a_live_run(page, shots):
     tab = open_tab(page, "Top-n trade-off")
     tab.locator(".js-plotly-plot").first.wait_for(timeout=30_000)
     assert tab.locator(".js-plotly-plot").count() >= 2
+    shipped = tab.locator(".js-plotly-plot").count()
     tab.get_by_role("button", name="Run live sample").click()
     tab.get_by_text(re.compile(r"Live: .* s\.")).wait_for(timeout=300_000)
+    tab.get_by_text("What this live run shows").wait_for(timeout=30_000)
+    assert tab.locator(".js-plotly-plot").count() == shipped + 1  # beside the shipped result, not in its place
+    live = tab.locator("#unreal-live-caption").inner_text()
+    assert "too few questions for a 95% interval" in live and "95% CI" not in live
     shoot(page, shots, "topn")
 
 
@@ -158,6 +211,11 @@ def test_intrinsic_live_scoring(page, shots):
     tab.get_by_role("button", name="Score every layer and head").click()
     tab.get_by_text("best rank").wait_for(timeout=120_000)
     assert tab.locator(".js-plotly-plot .heatmaplayer").count() >= 1
+    rank_plot = tab.locator(".js-plotly-plot").filter(has_text="rank of chunk").first
+    first, last = rank_plot.evaluate("el => [el.data[0].colorscale[0][1], el.data[0].colorscale.at(-1)[1]]")
+    caption = tab.locator("#unreal-rank-caption").inner_text()  # what the page says the colours mean
+    assert caption.startswith(f"What to look for: {colour_name(first)} cells are layer × head pairs that rank the "
+                              "answer chunk first (rank 1)") and f"the more {colour_name(last)} a cell" in caption
     shoot(page, shots, "intrinsic")
 
 

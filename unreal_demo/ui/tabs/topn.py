@@ -121,7 +121,7 @@ def build_tab(loader: Loading) -> Ready:
     go = gr.Button("Run live sample", variant="primary", interactive=False)
     status = gr.Markdown()
     live_plot = gr.Plot(label="live run: accuracy against n (after a run)")
-    live_caption = gr.Markdown()
+    live_caption = gr.Markdown(elem_id="unreal-live-caption")
     live_frame = gr.Dataframe(None, label="live run: every cell", interactive=False)
 
     def live(length_label: str, ns: list[int], sample: int, metric_name: str, distractors: str = "pool",
