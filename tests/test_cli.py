@@ -178,12 +178,14 @@ def test_data_list_json_says_what_is_cached(capsys):
     (["index", "search", "--store", "qdrant:ftp://host", "--query", "q"], "store 'qdrant:ftp://host' not understood"),
     (["index", "search", "--store", "/a/folder", "--query", "q"], "not understood: use qdrant-edge:PATH"),
     (["index", "export", "--to", "/a/folder"], "index export needs --to qdrant-edge:PATH"),
-    (["index", "search", "--query", "q", "--where", "source=x"], "give --store qdrant-edge:PATH"),
+    (["index", "search", "--query", "q", "--where", "source=x"], "search a Qdrant store: needs --store qdrant-edge:"),
+    (["index", "add", "--passages", "p.jsonl"], "index add needs --store qdrant-edge:PATH"),
     (["index", "search", "--store", "qdrant::memory:", "--query", "q", "--where", "colour=red"], "use source=NAME"),
     (["index", "search", "--store", "qdrant::memory:/none", "--query", "q"], "no Qdrant store at :memory:/none"),
     (["index", "search", "--store", "qdrant:http://127.0.0.1:9", "--query", "q"], "connecting failed"),
     (["index", "delete", "--store", "qdrant::memory:"], "index delete needs --ids"),
     (["index", "add", "--store", "qdrant::memory:"], "index add needs --passages"),
+    (["index", "delete", "--store", "qdrant::memory:", "--ids", "p1", "--where", "source=x"], "restrict a search"),
 ], ids=lambda v: "qdrant" if isinstance(v, list) else None)
 def test_qdrant_flags_are_one_line_before_any_model(capsys, args, match):
     assert main([*args, "--model", "no/such-model-anywhere"]) == 2

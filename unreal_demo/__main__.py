@@ -299,14 +299,17 @@ def _qdrant(args: argparse.Namespace) -> None:
         print(json.dumps({"store": args.to, "from": display_path(source.folder)} | manifest))
         return
     if not args.store:
-        raise InputError(f"--where and --ef search a Qdrant store: give --store {qdrant.STORE_HELP}")
+        what = f"index {args.action}" if args.action in ("add", "delete") else "--where and --ef search a Qdrant store:"
+        raise InputError(f"{what} needs --store {qdrant.STORE_HELP}")
     if args.action == "build" or args.action == "compress":
         raise InputError(f"index {args.action} writes an index folder; --store is for search, add and delete")
+    if args.action != "search" and (where is not None or args.ef is not None):
+        raise InputError("--where and --ef restrict a search, not index add or delete")
     if args.action == "delete" and not (args.ids or "").strip():
         raise InputError("index delete needs --ids PASSAGE_ID[,PASSAGE_ID...]")
     if args.action == "add" and not args.passages:
         raise InputError("index add needs --passages FILE.jsonl (lines of {id, title, text})")
-    with qdrant.QdrantStore(args.store, args.ef, where if args.action == "search" else None) as store:
+    with qdrant.QdrantStore(args.store, args.ef, where) as store:
         if args.action == "delete":
             ids = [x.strip() for x in args.ids.split(",") if x.strip()]
             if not (deleted := store.delete_passages(ids)):

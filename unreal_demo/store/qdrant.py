@@ -203,7 +203,9 @@ class _Server:
         self.retries, self.backoff, self.batch = retries, backoff, batch
         self.where = f"{location}/{collection}"
         if self.local:
-            self.client = _MEMORY.setdefault(location, QdrantClient(location))
+            if location not in _MEMORY:
+                _MEMORY[location] = QdrantClient(location)
+            self.client = _MEMORY[location]
         else:
             self.client = QdrantClient(url=location, timeout=60, check_compatibility=False)
 
@@ -517,14 +519,14 @@ class QdrantStore:
         return len(ids)
 
 
-def open_store(where: str | Path, verify: bool = False, ef: int | None = None,
-               filter_: Where | None = None) -> Index | QdrantStore:
-    """A :class:`QdrantStore` for a store string (``qdrant-edge:...``, ``qdrant:...``), else the index folder."""
+def open_store(where: str | Path, ef: int | None = None, filter_: Where | None = None) -> Index | QdrantStore:
+    """A :class:`QdrantStore` for a store string (``qdrant-edge:...``, ``qdrant:...``), else the index folder
+    (opened without checking its checksums, as the evaluations open it)."""
     if isinstance(where, str) and is_spec(where):
         return QdrantStore(where, ef, filter_)
     if filter_ is not None or ef is not None:
         raise IndexStoreError("--where and --ef apply to a Qdrant store (--store qdrant-edge:PATH or qdrant:URL)")
-    return Index(where, verify=verify)
+    return Index(where, verify=False)
 
 
 def export_index(index: Index, spec: str, datatype: str = "float32",
