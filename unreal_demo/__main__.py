@@ -201,6 +201,19 @@ def _bench(args: argparse.Namespace) -> None:
     print(json.dumps(result) if args.json else result["markdown"])
 
 
+def _adapter(args: argparse.Namespace) -> None:
+    from .evaluation.adapter_run import GRID, run
+
+    labels = [x.strip() for x in args.variants.split(";")] if args.variants else None
+    unknown = [x for x in labels or [] if x not in GRID]
+    if unknown:
+        raise UserError(f"unknown variant {unknown[0]!r}; known: {'; '.join(GRID)}")
+    head = args.head or str(DEFAULT_HEADS[DEFAULT_MODEL].with_suffix(".json"))
+    result = run(head, args.n_context, labels, args.steps, args.out, args.save, args.save_variant)
+    for row in result["rows"] + result["reference"]:
+        print(f"{row['variant']}: " + ", ".join(f"{k} {v}" for k, v in row.items() if "R@" in k))
+
+
 def _rank(args: argparse.Namespace) -> None:
     from .evaluation.retrieval import rank_jsonl
 
@@ -542,6 +555,17 @@ def build_parser() -> argparse.ArgumentParser:
     da.add_argument("--all", action="store_true", help="fetch: every source")
     da.add_argument("--json", action="store_true", help="list: as JSON")
     da.set_defaults(func=_data)
+
+    ad = sub.add_parser("adapter", help="train α and a query adapter on cached query states (NQ-open, TriviaQA "
+                        "and SQuAD questions over the shipped index's chunks); the dev grid, or chosen variants")
+    ad.add_argument("--head", default=None, help="starting head (default: the shipped head)")
+    ad.add_argument("--n-context", dest="n_context", type=int, default=None, help="|C0| (default: the head's)")
+    ad.add_argument("--variants", default=None, help="';'-separated grid labels (default: the whole grid)")
+    ad.add_argument("--steps", type=int, default=600)
+    ad.add_argument("--out", default=None, help="write the result JSON here")
+    ad.add_argument("--save", default=None, help="write the best variant on dev (or --save-variant) as a head here")
+    ad.add_argument("--save-variant", dest="save_variant", default=None)
+    ad.set_defaults(func=_adapter)
 
     rk = sub.add_parser("rank", help="rank a JSONL corpus for JSONL queries")
     rk.add_argument("--passages", required=True)

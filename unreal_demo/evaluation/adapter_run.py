@@ -31,6 +31,7 @@ from ..core.state_training import (
     fit_states,
     recall,
     recall_from_scores,
+    scores,
 )
 from ..data.natural import distant_positives, load_natural, question_split
 from ..data.sources import article_split
@@ -56,9 +57,18 @@ def pool_of(index) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     return normalize_chunks(keys), *masks(index)
 
 
-def build_sets(index, n_context: int, squad_train: int = 1500, squad_dev: int = 400, seed: int = 0,
-               ) -> tuple[list[Questions], list[Questions], Questions]:
-    """(train sets, dev sets, the New-Wiki test set) with C0 and positives, over ``index``'s chunk ids."""
+TRAIN_CAP = {"nq": 600, "tqa": 1000, "squad": 600}  # questions per set, a seeded sample (~1 s each to cache on
+DEV_CAP = {"nq": 300, "tqa": 300, "squad": 200}     # 2 busy AVX2 cores; all NQ dev questions with a positive fit)
+TEST = 500  # the first 500 of eval retrieval's seeded 1,000 New-Wiki questions
+
+
+def _cap(rng: random.Random, items: list, n: int) -> list:
+    return items if len(items) <= n else rng.sample(items, n)
+
+
+def build_sets(index, n_context: int, seed: int = 0) -> tuple[list[Questions], list[Questions], Questions]:
+    """(train sets, dev sets, the New-Wiki test set) with C0 and positives, over ``index``'s chunk ids; each set a
+    seeded sample of at most :data:`TRAIN_CAP` / :data:`DEV_CAP` questions."""
     chunks = index.chunks
     usable, _ = masks(index)
     pool = [i for i in range(len(chunks)) if usable[i]]
@@ -71,29 +81,46 @@ def build_sets(index, n_context: int, squad_train: int = 1500, squad_dev: int = 
         ids, _ = bm25.search(queries, k=n_context)
         return [[texts[j] for j in row] for row in ids.tolist()]
 
-    trains, devs = [], []
+    trains, devs, rng = [], [], random.Random(seed)
     for short, source in NATURAL_SETS.items():
         qs = load_natural(source)
         pos = distant_positives(qs, texts, bm25, depth=100, rule="dpr")
         kept = {q.id: [pool[j] for j in p] for q, p in zip(qs, pos, strict=True) if p}
-        for side, out in zip(question_split(qs), (trains, devs), strict=True):
-            side = [q for q in side if q.id in kept]
+        for side, out, cap in zip(question_split(qs), (trains, devs), (TRAIN_CAP, DEV_CAP), strict=True):
+            side = _cap(rng, [q for q in side if q.id in kept], cap[short])
             qtexts = [q.text for q in side]
             out.append(Questions(short, qtexts, c0(qtexts), [kept[q.id] for q in side]))
     by_passage: dict[str, list[int]] = {}
     for i, c in enumerate(chunks):
         by_passage.setdefault(c["passage"], []).append(i)
-    rng = random.Random(seed)
-    for (_, questions), n, out in zip(article_split("squad_dev"), (squad_train, squad_dev), (trains, devs),
-                                      strict=True):
-        qs = [q for q in rng.sample(questions, min(n, len(questions))) if q.passage_id in by_passage]
+    for (_, questions), cap, out in zip(article_split("squad_dev"), (TRAIN_CAP, DEV_CAP), (trains, devs), strict=True):
+        qs = [q for q in _cap(rng, questions, cap["squad"]) if q.passage_id in by_passage]
         qtexts = [q.text for q in qs]
         out.append(Questions("squad", qtexts, c0(qtexts), [by_passage[q.passage_id] for q in qs]))
-    _, test_qs = sample_questions(1000, 0)
+    test_qs = sample_questions(1000, 0)[1][:TEST]
     qtexts = [q.text for q in test_qs]
     _, ids = index.bm25_topk(qtexts, max(1, n_context))
     contexts = [[chunks[j]["text"] for j in row[:n_context]] for row in ids.tolist()]
     test = Questions("new_wiki", qtexts, contexts, [by_passage[q.passage_id] for q in test_qs])
+    return trains, devs, test
+
+
+def cached_sets(index, n_context: int, folder) -> tuple[list[Questions], list[Questions], Questions]:
+    """:func:`build_sets`, kept as JSON in ``folder`` (the distant supervision takes ~2 minutes)."""
+    import hashlib
+    import json
+    from pathlib import Path
+
+    caps = hashlib.md5(json.dumps([TRAIN_CAP, DEV_CAP, TEST], sort_keys=True).encode()).hexdigest()[:8]
+    path = Path(folder) / f"c{n_context}-{caps}.json"
+    if path.exists():
+        raw = json.loads(path.read_text())
+        trains, devs = ([Questions(**q) for q in raw[side]] for side in ("train", "dev"))
+        return trains, devs, Questions(**raw["test"])
+    trains, devs, test = build_sets(index, n_context)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"train": [asdict(q) for q in trains], "dev": [asdict(q) for q in devs],
+                                "test": asdict(test)}))
     return trains, devs, test
 
 
@@ -184,6 +211,7 @@ GRID = {  # label → (train sets, overrides of StateTrainConfig): what the dev 
     "r = 64, mix": (("nq", "tqa", "squad"), {"rank": 64}),
     "r = 256, mix": (("nq", "tqa", "squad"), {"rank": 256}),
     "full d × d, mix": (("nq", "tqa", "squad"), {"rank": -1}),
+    "r = 64, mix, cleaner positives (BM25 rank ≤ 3)": (("nq@3", "tqa@3", "squad"), {"rank": 64}),
     "r = 64, natural only": (("nq", "tqa"), {"rank": 64}),
     "r = 64, SQuAD only": (("squad",), {"rank": 64}),
     "r = 64, mix, adapter alone (α fixed)": (("nq", "tqa", "squad"), {"rank": 64, "train_alpha": False}),
@@ -207,12 +235,13 @@ def run(head_path: str, n_context: int | None = None, labels: list[str] | None =
     if n_context is not None and n_context != head.config.n_context:
         head = with_context(head, n_context)
     index = Index(shipped_folder(explorer))
-    trains, devs, test = build_sets(index, head.config.n_context)
+    trains, devs, test = cached_sets(index, head.config.n_context, cache_dir() / "adapter_sets")
     folder = cache_dir() / "query_states"
     train_s, dev_s = cache_sets(head, explorer.backbone, trains, folder), cache_sets(head, explorer.backbone, devs,
                                                                                       folder)
     (test_s,) = cache_sets(head, explorer.backbone, [test], folder)
     keys, usable, train_mask = pool_of(index)
+    train_s += cleaner(index, usable, trains, train_s, depth=3)
     d = head.config.hidden_size
     variants = [Variant(label, sources, StateTrainConfig(**({"steps": steps} | o | (
         {"rank": d} if o.get("rank") == -1 else {})))) for label, (sources, o) in GRID.items()
@@ -244,6 +273,23 @@ def run(head_path: str, n_context: int | None = None, labels: list[str] | None =
     return result
 
 
+def cleaner(index, usable: torch.Tensor, sets: list[Questions], cached: list[StateSet], depth: int,
+            ) -> list[StateSet]:
+    """The natural sets keeping only questions whose positive BM25 ranks in its top ``depth`` over the usable
+    chunks (named ``nq@3``, …): fewer, cleaner positives (50 read pairs: 8 of 16 right at rank ≤ 3, 13 of 50 at
+    rank ≤ 100; ``precomputed/distant_supervision_precision.json``)."""
+    out = []
+    for q, c in zip(sets, cached, strict=True):
+        if q.name not in NATURAL_SETS:
+            continue
+        scores = index.bm25_scores(q.texts)  # (N, M)
+        scores[:, ~usable] = float("-inf")
+        top = scores.topk(depth, dim=1).indices.tolist()
+        keep = [i for i, (t, p) in enumerate(zip(top, q.positives, strict=True)) if set(t) & set(p)]
+        out.append(StateSet(f"{q.name}@{depth}", c.groups[keep], [q.positives[i] for i in keep]))
+    return out
+
+
 def with_context(head, n_context: int):
     """A copy of ``head`` that reads ``n_context`` C0 chunks (same trained weights)."""
     from ..core.head import HeadConfig, QueryHead
@@ -251,3 +297,54 @@ def with_context(head, n_context: int):
     new = QueryHead(HeadConfig(**(asdict(head.config) | {"n_context": n_context})))
     new.load_state_dict(head.state_dict())
     return new
+
+
+C0_SOURCES = ("BM25 top-|C0| (the paper's; shipped)", "none (|C0| = 0)", "the head's own first pass, top-|C0|",
+              "dense MiniLM top-|C0| (a second model)", "gold chunk + BM25 top-1 (upper bound)", "BM25 top-5")
+
+
+def c0_ablation(head, backbone, index, sets: list[Questions], usable: list[torch.Tensor], folder,
+                log=print) -> list[dict]:
+    """R@1 / R@10 of ``head`` on each set with C0 taken from each of :data:`C0_SOURCES` at query time (same
+    trained weights; ``usable[i]`` marks set i's candidate chunks). Query states are cached per source."""
+    from ..retrieval.dense import embed
+
+    chunks, dense = index.chunks, None
+    keys = pool_of(index)[0]
+    rows = []
+    for s, mask in zip(sets, usable, strict=True):
+        keys_s = keys[mask]
+        remap = torch.full((len(chunks),), -1, dtype=torch.long)
+        remap[mask] = torch.arange(int(mask.sum()))
+        positives = [[int(remap[i]) for i in p if remap[i] >= 0] for p in s.positives]
+        local = [i for i in range(len(chunks)) if mask[i]]
+        bm = index.bm25_scores(s.texts)
+        bm[:, ~mask] = float("-inf")
+        bm_top = bm.topk(5, dim=1).indices.tolist()
+        n = head.config.n_context
+
+        def texts(rows_: list[list[int]], k: int) -> list[list[str]]:
+            return [[chunks[j]["text"] for j in r[:k]] for r in rows_]
+
+        none = with_context(head, 0)
+        g0 = cache_layer_groups(none, backbone, s.texts, [[] for _ in s.texts], folder)
+        first = scores(none, g0, keys_s).topk(n, dim=1).indices.tolist()
+        if dense is None:
+            dense = torch.cat([torch.from_numpy(index.dense_vectors(sh)) for sh in index.shards]).float()
+        dn = embed(s.texts) @ dense.T
+        dn[:, ~mask] = float("-inf")
+        contexts = {
+            C0_SOURCES[0]: (head, texts(bm_top, n)),
+            C0_SOURCES[2]: (head, texts([[local[j] for j in r] for r in first], n)),
+            C0_SOURCES[3]: (head, texts(dn.topk(n, dim=1).indices.tolist(), n)),
+            C0_SOURCES[4]: (head, [[chunks[p[0]]["text"], *[chunks[j]["text"] for j in r if j not in p][:n - 1]]
+                                   for p, r in zip(s.positives, bm_top, strict=True)]),
+            C0_SOURCES[5]: (with_context(head, 5), texts(bm_top, 5)),
+        }
+        results = {C0_SOURCES[1]: recall_from_scores(scores(none, g0, keys_s), positives)}
+        for name, (h, ctx) in contexts.items():
+            g = cache_layer_groups(h, backbone, s.texts, ctx, folder)
+            results[name] = recall_from_scores(scores(h, g, keys_s), positives)
+            log(s.name, name, results[name])
+        rows += [{"set": s.name, "questions": len(s.texts), "C0": name} | results[name] for name in C0_SOURCES]
+    return rows
