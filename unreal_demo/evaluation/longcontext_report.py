@@ -57,11 +57,13 @@ def describe_peak(table: list[dict], method: str, length: int, metric: str = "f1
     asked = min(r["questions"] for r in cells)
     others = [f"{v[0]:.3f} at n = {cells[i]['n']}" for i, v in ((0, first), (len(cells) - 1, last)) if i != best]
     recall = f"Evidence recall goes from {cells[0]['recall']:.2f} to {cells[-1]['recall']:.2f} over the same n"
+    hits = "" if cells[0].get("f1_hit") is None or cells[-1].get("f1_hit") is None else (
+        f", while F1 where the gold chunk was selected goes from {cells[0]['f1_hit']:.3f} to {cells[-1]['f1_hit']:.3f}")
     if asked < MIN_QUESTIONS or any(v[1] is None or v[2] is None for v in vals):
         why = "too few questions for a 95% interval" if asked < MIN_QUESTIONS else "this result holds no 95% intervals"
         return (f"{name(method)} at {label(length)} ({asked} question{'s' * (asked != 1)} per cell): {metric} is "
                 f"highest at n = {cells[best]['n']} ({m:.3f}) against {' and '.join(others)}; {why}, so no shape "
-                f"is claimed. {recall}.")
+                f"is claimed. {recall}{hits}.")
     ends = f"n = {cells[0]['n']}: {first[1]:.3f}–{first[2]:.3f}; n = {cells[-1]['n']}: {last[1]:.3f}–{last[2]:.3f}"
     if 0 < best < len(cells) - 1 and lo > first[2] and lo > last[2]:
         shape = "an inverted U: the peak's interval lies above both ends'"
@@ -71,8 +73,6 @@ def describe_peak(table: list[dict], method: str, length: int, metric: str = "f1
         shape = f"no peak: it rises to the largest n, beyond the 95% intervals ({ends})"
     else:
         shape = "no peak within the 95% intervals"
-    hits = "" if cells[0].get("f1_hit") is None or cells[-1].get("f1_hit") is None else (
-        f", while F1 where the gold chunk was selected goes from {cells[0]['f1_hit']:.3f} to {cells[-1]['f1_hit']:.3f}")
     return (f"{name(method)} at {label(length)} ({asked} questions per cell): {metric} is highest at "
             f"n = {cells[best]['n']} ({m:.3f}, 95% CI {lo:.3f}–{hi:.3f}) against {' and '.join(others)}: {shape}. "
             f"{recall}{hits}.")
