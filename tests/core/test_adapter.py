@@ -96,7 +96,7 @@ def test_fit_states_learns_a_map_the_head_lacks():
     train = StateSet("toy", groups[: n // 2], [[i] for i in range(n // 2)])
     dev = StateSet("dev", groups[n // 2 :], [[i] for i in range(n // 2, n)])
     before = recall(head, dev, keys)["R@1"]
-    model, log = fit_states(head, [train], [dev], keys, StateTrainConfig(rank=d, steps=150, batch=16, lr=2e-2, dev_every=25,
-                                                          weight_decay=0.0, train_alpha=False))
+    cfg = StateTrainConfig(rank=d, steps=150, batch=16, lr=2e-2, dev_every=25, weight_decay=0.0, train_alpha=False)
+    model, log = fit_states(head, [train], [dev], keys, cfg)
     assert recall(model, dev, keys)["R@1"] > before + 0.3, (before, log[-1])
     assert log[0]["step"] == 0 and log[-1]["mean R@1"] <= 1.0
