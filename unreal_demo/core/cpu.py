@@ -1,0 +1,162 @@
+"""One place that knows the CPU: its vector and matrix units, read once, and the paths chosen for them.
+
+Two costs a CPU user waits for depend on these units: chunk encoding (Eq. 1, the truncated forward) and the
+exact MaxSim scan (Eq. 4, s_i(x) = Σ_g max_p ⟨q_g, k_{i,p}⟩). The flags are read once from ``/proc/cpuinfo``
+(AVX2, AVX-512 F/BF16/FP16/VNNI, AVX-VNNI, AMX BF16/INT8) and :func:`choose` picks, for this CPU, the paths
+whose accuracy is measured:
+
+- **encoding dtype**: fp32, except bf16 where the CPU has bf16 units (AMX-BF16 or AVX-512-BF16) *and* the
+  key-fidelity check of ``benchmarks/encode_fidelity.py`` passed for bf16 (recorded in
+  ``precomputed/encode_fidelity.json``). Without the units bf16 is emulated and ~5x slower than fp32 (AVX2).
+- **scan path**: ``numkong`` (its runtime-dispatched fp16 dot-product kernels over the stored keys, the query
+  rounded to fp16, then an exact fp32 re-scoring of the candidates in :meth:`Index.maxsim_topk
+  <unreal_demo.store.index.Index.maxsim_topk>`) where the package imports, else ``torch`` (fp16 keys converted
+  to fp32 block by block, one GEMM per block); ``benchmarks/maxsim.py`` measures both.
+
+Both are overridden by ``$UNREAL_DTYPE`` (the same values as ``--dtype``, which wins over it) and
+``$UNREAL_SCAN`` (``numkong`` | ``torch``). :func:`status_line` is the one-line summary printed in the app's status
+line and recorded in every benchmark result, e.g. ``"AMD EPYC · AVX2 · scan fp16 via numkong, encode fp32"``.
+
+Example
+-------
+>>> xeon = parse_cpuinfo("model name : Intel Xeon\\nflags : avx2 avx512f avx512_bf16 amx_bf16 amx_int8\\n")
+>>> xeon.units
+'AVX2 · AVX-512 (BF16) · AMX (BF16, INT8)'
+>>> choose(xeon, fidelity={"bf16": False}, scan="torch").line()
+'Intel Xeon · AVX2 · AVX-512 (BF16) · AMX (BF16, INT8) · scan fp32 via torch, encode fp32'
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import json
+import os
+import platform
+from dataclasses import dataclass
+from pathlib import Path
+
+ENCODE_ENV = "UNREAL_DTYPE"
+SCAN_ENV = "UNREAL_SCAN"
+SCANS = ("numkong", "torch")
+FIDELITY_FILE = Path(__file__).resolve().parents[2] / "precomputed" / "encode_fidelity.json"
+_AVX512 = {"avx512_bf16": "BF16", "avx512_fp16": "FP16", "avx512_vnni": "VNNI"}
+_AMX = {"amx_bf16": "BF16", "amx_int8": "INT8"}
+
+
+@dataclass(frozen=True)
+class CPUInfo:
+    """A CPU's model name and its feature flags (lower case, as ``/proc/cpuinfo`` spells them)."""
+
+    model: str
+    flags: frozenset[str]
+
+    @property
+    def bf16_units(self) -> bool:
+        """Native bf16 dot products (AMX tiles or AVX-512-BF16): where bf16 encoding can be faster than fp32."""
+        return bool({"amx_bf16", "avx512_bf16"} & self.flags)
+
+    @property
+    def units(self) -> str:
+        """The vector/matrix units that matter here: ``"AVX2"``, ``"AVX2 · AVX-512 (BF16, VNNI) · AMX (BF16)"``…"""
+        parts = ["AVX2"] if "avx2" in self.flags else ["no AVX2"]
+        if "avx512f" in self.flags:
+            extra = [name for flag, name in _AVX512.items() if flag in self.flags]
+            parts.append("AVX-512" + (f" ({', '.join(extra)})" if extra else ""))
+        if "avx_vnni" in self.flags:
+            parts.append("AVX-VNNI")
+        amx = [name for flag, name in _AMX.items() if flag in self.flags]
+        if amx:
+            parts.append(f"AMX ({', '.join(amx)})")
+        return " · ".join(parts)
+
+
+def parse_cpuinfo(text: str) -> CPUInfo:
+    """The first processor's model name and flags from the text of ``/proc/cpuinfo``."""
+    fields: dict[str, str] = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition(":")
+        if sep and key.strip() not in fields:
+            fields[key.strip()] = value.strip()
+    model = fields.get("model name") or platform.processor() or platform.machine() or "unknown CPU"
+    return CPUInfo(" ".join(model.split()), frozenset(fields.get("flags", "").split()))
+
+
+@functools.cache
+def cpu_info() -> CPUInfo:
+    """This machine's CPU, read once (an empty flag set where ``/proc/cpuinfo`` is missing, e.g. macOS)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        text = ""
+    return parse_cpuinfo(text)
+
+
+def recorded_fidelity(path: Path = FIDELITY_FILE) -> dict[str, bool]:
+    """Per encoding dtype, whether its recorded key-fidelity check passed (``benchmarks/encode_fidelity.py``)."""
+    try:
+        rows = json.loads(path.read_text())["rows"]
+    except (OSError, KeyError, ValueError):
+        return {}
+    return {row["dtype"]: bool(row["passed"]) for row in rows}
+
+
+def numkong_available() -> bool:
+    """Whether the ``numkong`` package (the fp16 scan kernels) is installed."""
+    return importlib.util.find_spec("numkong") is not None
+
+
+@dataclass(frozen=True)
+class Choice:
+    """The paths picked for a CPU, and why."""
+
+    cpu: CPUInfo
+    encode: str  # "fp32" | "bf16" | "fp16"
+    scan: str  # "numkong" | "torch"
+    why: str
+
+    def line(self) -> str:
+        """One line for the status bar and benchmark records."""
+        keys = "fp16" if self.scan == "numkong" else "fp32"
+        return f"{self.cpu.model} · {self.cpu.units} · scan {keys} via {self.scan}, encode {self.encode}"
+
+
+def choose(cpu: CPUInfo | None = None, dtype: str | None = None, scan: str | None = None,
+           fidelity: dict[str, bool] | None = None) -> Choice:
+    """Pick the encoding dtype and the MaxSim scan path for ``cpu`` (this machine's by default).
+
+    Parameters
+    ----------
+    cpu : the CPU to choose for (simulate another machine by passing its flags).
+    dtype : encoding dtype override (``--dtype``); else ``$UNREAL_DTYPE``; else the rule in the module docstring.
+    scan : scan path override; else ``$UNREAL_SCAN``; else ``numkong`` where installed, ``torch`` otherwise.
+    fidelity : per dtype, whether its key-fidelity check passed (default: :func:`recorded_fidelity`).
+
+    Raises
+    ------
+    ValueError
+        For a scan path that is not one of :data:`SCANS`.
+    """
+    cpu = cpu or cpu_info()
+    fidelity = recorded_fidelity() if fidelity is None else fidelity
+    dtype = dtype or os.environ.get(ENCODE_ENV) or None
+    if dtype:
+        encode, why = dtype, "encode dtype set by --dtype / $UNREAL_DTYPE"
+    elif cpu.bf16_units and fidelity.get("bf16"):
+        encode, why = "bf16", "bf16 units present and the bf16 key-fidelity check passed"
+    elif cpu.bf16_units:
+        encode, why = "fp32", "bf16 units present but no passing bf16 key-fidelity check recorded"
+    else:
+        encode, why = "fp32", "no bf16 units (bf16 would be emulated, ~5x slower than fp32)"
+    scan = scan or os.environ.get(SCAN_ENV) or ("numkong" if numkong_available() else "torch")
+    if scan not in SCANS:
+        raise ValueError(f"unknown scan path {scan!r}; use one of {SCANS}")
+    if scan == "numkong" and not numkong_available():
+        scan, why = "torch", why + "; numkong not installed, scanning with torch"
+    return Choice(cpu, encode, scan, why)
+
+
+def status_line() -> str:
+    """This machine's CPU and the chosen paths in one line (for the app's status line), e.g.
+    ``"AMD EPYC · AVX2 · scan fp16 via numkong, encode fp32"``."""
+    return choose().line()
