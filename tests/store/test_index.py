@@ -327,6 +327,9 @@ def test_numkong_scan_rescans_by_torch_when_a_chunk_could_be_missed(tmp_path, mo
     assert torch.equal(ids, ref_i) and torch.allclose(scores, ref_s, atol=1e-5)
     scores, ids = ix.maxsim_topk(q, 5000, path="numkong")
     assert ids.shape == (3, 900) and torch.equal(ids[:, :10], ref_i)
+    for shards in ([], [2]):  # a process of a sharded scan holding no shard, or fewer chunks than k + RESCORE
+        got, want = (ix.maxsim_topk(q, 10, False, shards=shards, path=p) for p in ("numkong", "torch"))
+        assert torch.equal(got[1], want[1]) and torch.allclose(got[0], want[0], atol=1e-5)
 
 
 def test_the_scan_follows_the_cpu_choice(tmp_path, monkeypatch):

@@ -455,8 +455,9 @@ class Index:
         exact, order = exact.sort(dim=1, descending=True)
         ids = ids.gather(1, order)
         k = min(k, ids.shape[1])
-        max_norm = 1.0 if normalize else float(max(1.0 / self.shards[n]["inv_norm"].min()
-                                                   for n in (range(len(self.shards)) if shards is None else shards)))
+        scanned = range(len(self.shards)) if shards is None else shards
+        max_norm = 1.0 if normalize else max((float(1.0 / self.shards[n]["inv_norm"].min()) for n in scanned
+                                              if len(self.shards[n]["inv_norm"])), default=1.0)
         bound = scan_error_bound(q, max_norm, "numkong", torch.float16)  # (B,)
         missed = scan_s[:, -1] + bound >= exact[:, k - 1]  # a chunk outside the candidates might reach the k-th
         missed &= scan_s[:, -1] > -float("inf")  # every chunk of the scanned shards was a candidate
