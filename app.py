@@ -89,6 +89,7 @@ def main() -> int:
           "the first start converts the offline GGUF once) …", flush=True)
     loader.start()
     threading.Thread(target=_report, args=(loader,), daemon=True).start()
+    demo.warm()  # the worked example, computed once as soon as the model is in (each page draws it)
     demo.block_thread()
     return 0
 

@@ -34,11 +34,11 @@ def main() -> None:
     (HERE / "wikipedia_nikola_tesla.txt").write_text("\n\n".join(p.text for p in tesla) + "\n")
     examples = [
         {"file": "needle_haystack.txt", "question": "What is the secret ingredient of the best pizza in Oakland?",
-         "answer": "smoked paprika"},
+         "answer": "smoked paprika", "label": "Needle in a haystack (pizza)"},
         {"file": "wikipedia_nikola_tesla.txt", "question": "In what year did Tesla move to the United States?",
-         "answer": "1884"},
+         "answer": "1884", "label": "Nikola Tesla article (1884)"},
     ]
-    (HERE / "examples.json").write_text(json.dumps(examples, indent=2) + "\n")
+    (HERE / "examples.json").write_text(json.dumps(examples, indent=2, ensure_ascii=False) + "\n")
 
 
 if __name__ == "__main__":

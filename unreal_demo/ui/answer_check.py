@@ -61,3 +61,10 @@ def verdict(support: Support) -> str:
     if support.unsupported:
         return "unsupported: no content word in its evidence"
     return f"partly (not in its evidence: {', '.join(missing)})" if missing else "supported"
+
+
+def prefill_html(tokens: int, passages: int, explorer: Explorer, what: str = "selected chunk") -> str:
+    """The state between the ranking and the first answer token: the prompt being read."""
+    return (f"<p class='unreal-wait' id='unreal-prefill'>⏳ Prefilling {tokens:,} tokens ({passages} {what}"
+            f"{'s' * (passages != 1)} and the question) on {explorer.backbone.device}: the model reads the whole "
+            "prompt before it writes the first token …</p>")

@@ -1,4 +1,4 @@
-"""The example documents and questions of ``assets/examples`` (one-click rows for the tabs)."""
+"""The example documents and questions of ``assets/examples`` (the example buttons of the tabs)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,9 @@ from ..settings import ASSETS
 EXAMPLES = ASSETS / "examples"
 
 
-def load_examples() -> list[list]:
-    """``[text, question, n, method]`` rows for ``gr.Examples`` from ``assets/examples``."""
+def load_examples() -> list[dict]:
+    """``{label, text, question, answer, n, method}`` per example of ``assets/examples/examples.json`` (the first
+    is the worked example the Long document tab opens on)."""
     spec = json.loads((EXAMPLES / "examples.json").read_text())
-    return [[(EXAMPLES / e["file"]).read_text(), e["question"], 5, "unreal"] for e in spec]
+    return [{"label": e.get("label", e["file"]), "text": (EXAMPLES / e["file"]).read_text(), "question": e["question"],
+             "answer": e.get("answer"), "n": e.get("n", 5), "method": e.get("method", "unreal")} for e in spec]

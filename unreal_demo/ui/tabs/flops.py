@@ -13,7 +13,16 @@ from ...evaluation import flops
 from ...pipeline import Explorer, Loading
 from ...settings import PRECOMPUTED
 from .. import plots
+from ..glossary import SYMBOLS, explain
 from ..wiring import Ready
+
+HOW_TO_READ = (
+    "**How to read this tab.** When is UNREAL cheaper than reading the whole text? Reading everything costs more "
+    "with every token (attention grows with the square of the length); UNREAL pays a fixed price (reading each "
+    "chunk up to ℓc once, the retrieval pass, re-reading the n chosen chunks). The left plot shows both costs "
+    "against the context length N; they cross at N*, the break-even length. The formulas are the paper's (Eqs. "
+    "8–10); move a slider to see N* move. The small print under each slider says "
+    "what its symbol means; all are under *Symbols* at the top.")
 
 
 def table6() -> pd.DataFrame:
@@ -57,27 +66,31 @@ def build_tab(loader: Loading) -> Ready:
     # the sliders start from the loaded head's |C0|, R and ℓc (the shipped head's file, read before the model)
     head = loader.head.config if loader.head is not None else None
     c0, r0, l0 = (head.n_context, head.n_ret, head.chunk_layer) if head else (2, 32, 20)
+    gr.Markdown(HOW_TO_READ, elem_classes=["unreal-howto"])
     gr.Markdown("Δ = (a) + (b) − (c) − (d) + (e) (Eq. 8): " + "; ".join(f"**({k})** {v}" for k, v in
                                                                        flops.TERMS.items()))
     with gr.Row():
-        backbone = gr.Dropdown([*specs, loaded], value=loaded, label="backbone")
-        n = gr.Slider(1, 30, value=5, step=1, label="n")
-        T = gr.Slider(32, 512, value=CHUNK_TOKENS, step=1, label="T (chunk tokens)")
-        n_ctx = gr.Slider(0, 10, value=c0, step=1, label="|C0| (loaded head's)")
-        R = gr.Slider(1, 128, value=r0, step=1, label="R (loaded head's)")
+        backbone = gr.Dropdown([*specs, loaded], value=loaded, label="backbone",
+                               info="the paper's backbones, or the model loaded here")
+        n = gr.Slider(1, 30, value=5, step=1, label="n", info=SYMBOLS["n"])
+        T = gr.Slider(32, 512, value=CHUNK_TOKENS, step=1, label="T (chunk tokens)", info=SYMBOLS["T"])
+        n_ctx = gr.Slider(0, 10, value=c0, step=1, label="|C0| (loaded head's)", info=SYMBOLS["|C0|"])
+        R = gr.Slider(1, 128, value=r0, step=1, label="R (loaded head's)", info=SYMBOLS["R"])
     with gr.Row():
-        tq = gr.Slider(1, 1024, value=CHUNK_TOKENS, step=1, label="T_q")
-        tg = gr.Slider(1, 1024, value=CHUNK_TOKENS, step=1, label="T_g")
-        lc = gr.Slider(1, head.n_layers if head else 64, value=l0, step=1, label="ℓc (loaded model only)")
+        tq = gr.Slider(1, 1024, value=CHUNK_TOKENS, step=1, label="T_q", info=SYMBOLS["T_q"])
+        tg = gr.Slider(1, 1024, value=CHUNK_TOKENS, step=1, label="T_g", info=SYMBOLS["T_g"])
+        lc = gr.Slider(1, head.n_layers if head else 64, value=l0, step=1, label="ℓc (loaded model only)",
+                       info=SYMBOLS["ℓc"])
     summary = gr.Markdown("The loaded model's FLOPs appear once it is loaded; pick a paper backbone meanwhile.")
     with gr.Row():
-        curves = gr.Plot(label="FLOPs against N")
-        ratio = gr.Plot(label="FLOP ratio")
+        curves = gr.Plot(label="FLOPs against N", min_width=420)
+        ratio = gr.Plot(label="FLOP ratio", min_width=420)
     gr.Markdown("*What to look for:* where the UNREAL curve crosses below full context (N*, Eq. 10) and how the "
                 "ratio keeps falling with length; on the loaded model the measured time-to-first-token points "
                 "show whether FLOPs predict time on this machine.")
     gr.Markdown(f"**Table 6** (T = {CHUNK_TOKENS}, |x_ret| = 910): our Eq. 10 and Eq. 8 root beside the paper's values")
-    gr.Dataframe(table6())
+    gr.Markdown(explain("κ", "λ", "|x_ret|", "N*"), elem_classes=["unreal-legend"])
+    gr.Dataframe(table6(), interactive=False, wrap=True)
     inputs = [backbone, n, T, n_ctx, R, tq, tg, lc]
     for comp in inputs:
         comp.change(update, inputs, [summary, curves, ratio], api_name=False)

@@ -16,6 +16,14 @@ from ..examples import load_examples
 from ..gpu import on_gpu
 from ..wiring import Ready
 
+HOW_TO_READ = (
+    "**How to read this tab.** Does the model, untrained, already know where the answer is? Every layer × attention "
+    "head of the frozen model scores each chunk by how well the question's attention queries match the chunk's "
+    "keys. The heatmaps show where each layer × head ranks the chunk that holds the answer; the benchmark above "
+    "shows the same over many questions. This is what guides the choice of ℓc, the layer where chunks are read.")
+SHORT = {"label": "Short: capital of France", "question": "What is the capital of France?",
+         "text": "Paris is the capital of France. " * 8 + "The fox jumps over the lazy dog. " * 8}
+
 
 def rank_caption() -> str:
     """The caption of the live rank heatmap, its colours read from the colour scale
@@ -33,9 +41,11 @@ def recall_caption() -> str:
 
 
 def build_tab(loader: Loading) -> Ready:
-    gr.Markdown("Untrained retrieval inside the frozen model (Appendix A.2.1): score_i = ⟨mean query of the "
-                "question, mean key of chunk i⟩ per layer and head. Pick the chunk that holds the answer and see "
-                "where each layer × head ranks it.")
+    gr.Markdown(HOW_TO_READ, elem_classes=["unreal-howto"])
+    examples = [e for e in load_examples() if e["label"].startswith("Needle")] + [SHORT]
+    with gr.Row(elem_classes=["unreal-examples"]):
+        gr.Markdown("**Examples:**", elem_classes=["unreal-examples-label"])
+        buttons = [gr.Button(e["label"], size="sm", interactive=False) for e in examples]
     result_path = PRECOMPUTED / "intrinsic.json"
     if result_path.exists():
         result = json.loads(result_path.read_text())
@@ -50,17 +60,20 @@ def build_tab(loader: Loading) -> Ready:
                                          "benchmark recall@1 by layer × head (separate, post-rotary)",
                                          label="recall@1", reverse=False))
         gr.Markdown(recall_caption())
-    examples = load_examples()
     with gr.Row():
-        text = gr.Textbox(label="Context", lines=8, value=examples[1][0] if len(examples) > 1 else "")
+        text = gr.Textbox(label="Context", lines=8, value=examples[0]["text"])
         with gr.Column():
-            question = gr.Textbox(label="Question", value=examples[1][1] if len(examples) > 1 else "")
+            question = gr.Textbox(label="Question", value=examples[0]["question"])
             mode = gr.Radio(["separate", "joint"], value="separate", label="reading",
                             info="separate: each chunk alone (as the index); joint: one pass, question after")
             side = gr.Radio(["qk_post", "qk_pre"], value="qk_post", label="keys/queries",
                             info="after or before the rotary embedding")
-            target = gr.Number(value=-1, precision=0, label="answer chunk id (-1: BM25's top chunk)")
-            run = gr.Button("Score every layer and head", variant="primary", interactive=False)
+            target = gr.Number(value=-1, precision=0, label="answer chunk id (-1: BM25's top chunk)",
+                               info="chunks are numbered from 0 in document order; the plots show where each "
+                                    "layer × head ranks this one")
+            with gr.Row():
+                run = gr.Button("Score every layer and head", variant="primary", interactive=False)
+                stop = gr.Button("Stop", variant="stop", min_width=80)
     heat = gr.Plot(label="Rank of the answer chunk by layer × head (after a run)")
     gr.Markdown(rank_caption(), elem_id="unreal-rank-caption")
     chunk_heat = gr.Plot(label="Chunk scores by layer (after a run)")
@@ -107,12 +120,17 @@ def build_tab(loader: Loading) -> Ready:
         best = max(range(len(row)), key=row.__getitem__)
         return f"**layer {int(at)}** ranks chunk {best} first:\n\n> {mine['chunks'][best].strip()}"
 
-    run.click(on_gpu(score), [text, question, mode, side, target, layer], [heat, chunk_heat, info, top_text, last],
-              api_name="intrinsic")
+    outputs = [heat, chunk_heat, info, top_text, last]
+    running = [run.click(on_gpu(score), [text, question, mode, side, target, layer], outputs, api_name="intrinsic")]
+    for button, e in zip(buttons, examples, strict=True):
+        running.append(button.click(lambda e=e: (e["text"], e["question"], -1), None, [text, question, target],
+                                    api_name=False, queue=False)
+                       .then(on_gpu(score), [text, question, mode, side, target, layer], outputs, api_name=False))
+    stop.click(None, None, None, cancels=running, api_name=False)
     layer.change(top_chunk, [layer, last], top_text, api_name=False)
 
     def fill(explorer: Explorer) -> dict:
         n = explorer.backbone.n_layers
         return {layer: gr.update(maximum=n, value=min(layer.value, n))}
 
-    return Ready(enable=[run], fill=fill, outputs=[layer])
+    return Ready(enable=[run, *buttons], fill=fill, outputs=[layer])

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import gradio as gr
@@ -18,11 +19,12 @@ from ...evaluation.faithfulness import answer_support
 from ...pipeline import MAX_CHARS, AskStep, Explorer, Loading, Ranking
 from ...retrieval.registry import names
 from .. import plots
-from ..answer_check import ANSWER_LABEL, PLACEHOLDER, check_html, verdict
+from ..answer_check import ANSWER_LABEL, PLACEHOLDER, check_html, prefill_html, verdict
 from ..evidence import evidence_html
 from ..examples import EXAMPLES, load_examples
+from ..glossary import SYMBOLS
 from ..gpu import on_gpu
-from ..wiring import Ready
+from ..wiring import Once, Ready
 
 MAX_UPLOAD_BYTES = 8 * MAX_CHARS // 2
 COMPARED = ("unreal", "bm25", "dense", "sparse")
@@ -31,6 +33,11 @@ TIMING_COLUMNS = ["method", "prompt tokens", "encode s", "retrieval s", "prefill
 COMPARE_COLUMNS = ["chunk", "selected by", *(f"{m} rank" for m in COMPARED), "text"]
 ANSWER_COLUMNS = ["method", "answer", "evidence check", "prompt tokens", "time to first token s"]
 EMPTY_TIMINGS = pd.DataFrame(columns=TIMING_COLUMNS)
+# column widths: short number columns wide enough for their header words, the text column takes the rest
+SELECTED_WIDTHS = ["9%", "8%", "10%", "11%", "62%"]
+COMPARE_WIDTHS = ["8%", "13%", *["9%"] * len(COMPARED), "43%"]
+METHOD_INFO = ("unreal: the trained head (MaxSim); bm25: word matching; dense: sentence vectors (MiniLM); sparse: "
+               "the model's own token states; hybrid-rrf: UNREAL and BM25 ranks merged; full: no selection")
 
 
 def read_upload(path: str | None, current: str) -> str:
@@ -116,21 +123,47 @@ def compare_table(rankings: list[Ranking]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=COMPARE_COLUMNS)
 
 
+HOW_TO_READ = (
+    "**How to read this tab.** Paste a long text (or upload one) and ask a question about it. The text is cut into "
+    "chunks of about 141 tokens; every chunk gets a score; the *n* best chunks are given to the model, which answers "
+    "from them alone. Below the answer: the model that wrote it and a check of its words against that evidence; the "
+    "score of every chunk (a tall bar = a chunk the method thinks answers the question); the selected chunks with "
+    "the words that matched shaded; timings against reading the whole text. *Compare methods* scores the same "
+    "chunks with four methods.")
+EXAMPLE_NOTE = (
+    "**Worked example** (computed by this app at start-up, not a mock): the needle example below, “{question}”, "
+    "n = {n}, method {method}, run once through the same pipeline as the button with `{model}` and head "
+    "`{head}` ({seconds:.0f} s on this machine). Edit the text or the question and press *Select evidence and "
+    "answer* to run your own.")
+
+
 def build_tab(loader: Loading) -> Ready:
     """Lay out the tab and wire its events (``api_name="ask"`` and ``"compare"``)."""
     untrained = loader.head is None or not loader.head.config.trained
     status = ("**Untrained head**: no trained head for this model was found, so UNREAL scores are random. "
               "Train one with `python -m unreal_demo train`.") if untrained else ""
+    spec = load_examples() if (EXAMPLES / "examples.json").exists() else []
+    gr.Markdown(HOW_TO_READ, elem_classes=["unreal-howto"])
+    with gr.Row(elem_classes=["unreal-examples"]):
+        gr.Markdown("**Examples:**", elem_classes=["unreal-examples-label"])
+        example_buttons = [gr.Button(e["label"], size="sm", interactive=False) for e in spec]
+    worked = spec[0] if spec else None
+    banner = gr.Markdown("⏳ **Worked example**: the needle example's result is drawn here once the model has "
+                         "loaded (computed once at start-up).", elem_id="unreal-example",
+                         elem_classes=["unreal-example"], visible=worked is not None)
     with gr.Row():
         with gr.Column(scale=3):
-            text = gr.Textbox(label="Document", lines=12, max_lines=20, placeholder="Paste a long document…")
+            text = gr.Textbox(label="Document", lines=12, max_lines=20, placeholder="Paste a long document…",
+                              value=worked["text"] if worked else "")
             upload = gr.File(label="…or upload a .txt / .md file", file_types=[".txt", ".md"], type="filepath")
         with gr.Column(scale=2):
-            question = gr.Textbox(label="Question", lines=2)
-            n = gr.Slider(1, 30, value=5, step=1, label="n (chunks to select)")
-            method = gr.Radio(names("document"), value="unreal", label="Method")
+            question = gr.Textbox(label="Question", lines=2, value=worked["question"] if worked else "")
+            n = gr.Slider(1, 30, value=5, step=1, label="n (chunks to select)", info=SYMBOLS["n"])
+            method = gr.Radio(names("document"), value="unreal", label="Method", info=METHOD_INFO)
             also_full = gr.Checkbox(label="also time full context (slow on CPU)", value=False)
-            run = gr.Button("Select evidence and answer", variant="primary", interactive=False)
+            with gr.Row():
+                run = gr.Button("Select evidence and answer", variant="primary", interactive=False)
+                stop = gr.Button("Stop", variant="stop", elem_id="unreal-stop-ask", min_width=80)
             with gr.Row():
                 compare = gr.Button("Compare methods", interactive=False)
                 answer_each = gr.Checkbox(label="answer with each method", value=False)
@@ -139,63 +172,72 @@ def build_tab(loader: Loading) -> Ready:
                         placeholder="The answer appears here, token by token.")
     check = gr.HTML(PLACEHOLDER, elem_id="unreal-answer-check")
     with gr.Row():
-        bars = gr.Plot(label="Per-chunk scores (after a run)")
-        heat = gr.Plot(label="MaxSim detail (after an UNREAL run)", visible=False)
+        bars = gr.Plot(label="Per-chunk scores (after a run)", min_width=420)
+        heat = gr.Plot(label="MaxSim detail (after an UNREAL run)", visible=False, min_width=420)
     gr.Markdown("*What to look for:* left, every chunk's score in document order, the selected top n in colour "
                 "(a clear spike at the answer's chunk means a confident selection); right, for UNREAL, which "
-                "query group g matched which pooled position p of each top chunk (Eq. 4 takes the max over p "
-                "in every row, then sums the rows).")
+                "query group g (its vector q_g) matched which pooled stretch p (its vector k_p) of each top chunk: "
+                "Eq. 4 takes the best p in every row, then sums the rows.")
     evidence = gr.HTML("<p class='unreal-placeholder'>The selected chunks appear here, each span coloured by how "
                        "strongly UNREAL's query groups matched it and BM25's terms underlined.</p>",
                        label="Evidence in the selected chunks")
     chosen = gr.Dataframe(pd.DataFrame(columns=SELECTED_COLUMNS), label="Selected chunks, document order",
-                          wrap=True)
-    timings = gr.Dataframe(EMPTY_TIMINGS, label="Timings against full context (when the answer is complete)")
+                          wrap=True, interactive=False, column_widths=SELECTED_WIDTHS)
+    timings = gr.Dataframe(EMPTY_TIMINGS, label="Timings against full context (when the answer is complete)",
+                           wrap=True, interactive=False)
     files = gr.File(label="Download: rankings with scores and chunk offsets, timings, answer (JSON, CSV)",
                     file_count="multiple", interactive=False)
     with gr.Accordion("Compare methods on the same chunks", open=False) as compare_box:
         gr.Markdown("UNREAL, BM25, dense and sparse token matching score the same chunks (the encoding of the "
                     "document is reused, so a second question costs only the query side).")
         cmp_plot = gr.Plot(label="Normalised score per chunk and method")
-        cmp_table = gr.Dataframe(pd.DataFrame(columns=COMPARE_COLUMNS), wrap=True,
+        cmp_table = gr.Dataframe(pd.DataFrame(columns=COMPARE_COLUMNS), wrap=True, interactive=False,
+                                 column_widths=COMPARE_WIDTHS,
                                  label="Chunks any method selected: who selected each, and its rank under each")
-        cmp_answers = gr.Dataframe(pd.DataFrame(columns=ANSWER_COLUMNS), wrap=True, label=(
+        cmp_answers = gr.Dataframe(pd.DataFrame(columns=ANSWER_COLUMNS), wrap=True, interactive=False, label=(
             f"Each method's answer by {loader.model} ({ANSWER_RULE.limit}; tick 'answer with each method'), and "
             "whether its content words occur in that method's selected chunks"))
         cmp_files = gr.File(label="Download the comparison (JSON, CSV)", file_count="multiple", interactive=False)
     upload.change(read_upload, [upload, text], text, api_name=False)
 
+    def answering(explorer: Explorer, doc: str, q: str, n_sel: float, meth: str, full_too: bool,
+                  progress: Callable[..., object]):
+        """The tab's outputs, step by step: the ranking with a "prefilling" line, then the answer as it streams,
+        then the checked answer, timings and downloads."""
+        progress(0.1, desc="chunking and encoding")
+        for step in explorer.ask_stream([doc or ""], q or "", n_sel, meth):
+            if not step.prompt_tokens:  # the first step: the ranking, before any answer
+                ranking = step.ranking
+                bar_fig = plots.chunk_scores(ranking)  # MaxSim detail only for a method that has it
+                heat_fig = gr.update(value=plots.group_heatmap(ranking) if ranking.group_sims else None,
+                                     visible=bool(ranking.group_sims))
+                table, shown = selected_table(ranking), evidence_html(explorer, ranking, q, ranks(ranking))
+                notes = "\n".join(f"- {m}" for m in ranking.notices)
+                passages = [ranking.chunks[i].text for i in ranking.selected]
+                waiting = prefill_html(len(prompt_ids(explorer.backbone, passages, q)), len(passages), explorer)
+                progress(0.5, desc="prefilling the prompt")
+            if not step.done:
+                yield (step.text, waiting if not step.text else PLACEHOLDER, bar_fig, heat_fig, shown, table,
+                       EMPTY_TIMINGS, notes or status, None)
+        support = answer_support(step.text, [ranking.chunks[i].text for i in ranking.selected])
+        said = check_html(explorer, Generation(step.text, stop=step.stop), support)
+        copied: dict[int, list[tuple[int, int]]] = {}
+        for j, start, end in support.copied:  # j: the position among the selected chunks
+            copied.setdefault(ranking.selected[j], []).append((start, end))
+        shown = evidence_html(explorer, ranking, q, ranks(ranking), copied)
+        full = _time_full(explorer, ranking, q) if full_too and meth != "full" else None
+        times = timing_table(explorer, step, q, full)
+        record = {"question": q, "method": meth, "n": int(n_sel), "answer": step.text, "model": loader.model,
+                  "head": loader.head_source, "answer_rule": ANSWER_RULE.name, "answer_stop": step.stop,
+                  "answer_check": [vars(x) for x in support.sentences], "timings": step.timings,
+                  "notices": ranking.notices}
+        out = export("ask", record, chunk_rows(ranking), {"selected": table, "timings": times})
+        yield step.text, said, bar_fig, heat_fig, shown, table, times, notes or status, out
+
     def ask(doc: str, q: str, n_sel: float, meth: str, full_too: bool = False,
             progress=gr.Progress()):  # noqa: B008 (Gradio's idiom for progress tracking)
         try:
-            explorer = loader.get()
-            progress(0.1, desc="chunking and encoding")
-            for step in explorer.ask_stream([doc or ""], q or "", n_sel, meth):
-                if not step.prompt_tokens:  # the first step: the ranking, before any answer
-                    ranking = step.ranking
-                    bar_fig = plots.chunk_scores(ranking)  # MaxSim detail only for a method that has it
-                    heat_fig = gr.update(value=plots.group_heatmap(ranking) if ranking.group_sims else None,
-                                         visible=bool(ranking.group_sims))
-                    table, shown = selected_table(ranking), evidence_html(explorer, ranking, q, ranks(ranking))
-                    notes = "\n".join(f"- {m}" for m in ranking.notices)
-                    progress(0.5, desc="answering")
-                if not step.done:
-                    yield (step.text, PLACEHOLDER, bar_fig, heat_fig, shown, table, EMPTY_TIMINGS, notes or status,
-                           None)
-            support = answer_support(step.text, [ranking.chunks[i].text for i in ranking.selected])
-            said = check_html(explorer, Generation(step.text, stop=step.stop), support)
-            copied: dict[int, list[tuple[int, int]]] = {}
-            for j, start, end in support.copied:  # j: the position among the selected chunks
-                copied.setdefault(ranking.selected[j], []).append((start, end))
-            shown = evidence_html(explorer, ranking, q, ranks(ranking), copied)
-            full = _time_full(explorer, ranking, q) if full_too and meth != "full" else None
-            times = timing_table(explorer, step, q, full)
-            record = {"question": q, "method": meth, "n": int(n_sel), "answer": step.text, "model": loader.model,
-                      "head": loader.head_source, "answer_rule": ANSWER_RULE.name, "answer_stop": step.stop,
-                      "answer_check": [vars(x) for x in support.sentences], "timings": step.timings,
-                      "notices": ranking.notices}
-            out = export("ask", record, chunk_rows(ranking), {"selected": table, "timings": times})
-            yield step.text, said, bar_fig, heat_fig, shown, table, times, notes or status, out
+            yield from answering(loader.get(), doc, q, n_sel, meth, full_too, progress)
         except UserError as exc:
             raise gr.Error(str(exc)) from None
 
@@ -233,16 +275,36 @@ def build_tab(loader: Loading) -> Ready:
                 evidence_html(explorer, lead, q, ranks(lead)), "\n".join(f"- {x}" for x in notes) or status,
                 gr.update(open=True))
 
-    examples = load_examples() if (EXAMPLES / "examples.json").exists() else []
     outputs = [answer, check, bars, heat, evidence, chosen, timings, notice, files]
-    if examples:
-        gr.Examples(examples, [text, question, n, method], label="Ready examples (offline text)",
-                    fn=on_gpu(ask), outputs=outputs, cache_examples=True, cache_mode="lazy")
-    run.click(on_gpu(ask), [text, question, n, method, also_full], outputs, api_name="ask", concurrency_limit=2)
-    compare.click(on_gpu(compare_all), [text, question, n, answer_each],
-                  [cmp_plot, cmp_table, cmp_answers, cmp_files, evidence, notice, compare_box], api_name="compare",
-                  concurrency_limit=2)
-    return Ready(enable=[run, compare])
+    hide_banner = {"fn": lambda: gr.update(visible=False), "inputs": None, "outputs": banner, "api_name": False,
+                   "queue": False}
+    running = [run.click(on_gpu(ask), [text, question, n, method, also_full], outputs, api_name="ask",
+                         concurrency_limit=2)]
+    run.click(**hide_banner)
+    running.append(compare.click(on_gpu(compare_all), [text, question, n, answer_each],
+                                 [cmp_plot, cmp_table, cmp_answers, cmp_files, evidence, notice, compare_box],
+                                 api_name="compare", concurrency_limit=2))
+    compare.click(**hide_banner)
+    for button, e in zip(example_buttons, spec, strict=True):
+        button.click(**hide_banner)
+        running.append(button.click(lambda e=e: (e["text"], e["question"], e["n"], e["method"]), None,
+                                    [text, question, n, method], api_name=False, queue=False)
+                       .then(on_gpu(ask), [text, question, n, method, also_full], outputs, api_name=False,
+                             concurrency_limit=2))
+    stop.click(None, None, None, cancels=running, api_name=False)
+
+    def draw_example() -> dict:
+        """The needle example through :func:`answering` to its end: the outputs the button would show."""
+        explorer, t0 = loader.get(), time.perf_counter()
+        *_, last = answering(explorer, worked["text"], worked["question"], worked["n"], worked["method"], False,
+                             lambda *a, **k: None)
+        note = EXAMPLE_NOTE.format(question=worked["question"], n=worked["n"], method=worked["method"],
+                                   model=explorer.backbone.name, head=explorer.head_source,
+                                   seconds=time.perf_counter() - t0)
+        return dict(zip(outputs, last, strict=True)) | {banner: gr.update(value=note, visible=True)}
+
+    return Ready(enable=[run, compare, *example_buttons], outputs=[*outputs, banner],
+                 example=Once(draw_example) if worked else None)
 
 
 def _time_full(explorer: Explorer, ranking: Ranking, question: str) -> dict | None:

@@ -14,6 +14,7 @@ from ...evaluation.results import head_mismatch, made_by
 from ...pipeline import Loading
 from ...settings import PRECOMPUTED
 from .. import plots
+from ..glossary import SYMBOLS
 from ..gpu import on_gpu
 from ..wiring import Ready
 
@@ -21,6 +22,12 @@ CAPTION = ("**What to look for.** With few chunks accuracy is limited by evidenc
            "may not be among the selected chunks; every extra chunk is also another distractor to read past. If "
            "the second effect wins late, accuracy rises, peaks and falls (the inverted U). Full context (dashed) "
            "reads everything and stops fitting the window beyond 8K tokens. **What these data show:** ")
+HOW_TO_READ = (
+    "**How to read this tab.** How many chunks should the model read? Each point is a benchmark result "
+    "(precomputed, shown at once): many questions, each hidden in a long text, answered after each method picks n "
+    "chunks. Left: answer quality (F1: word overlap with the right answer, 0–1) against n at one context length; "
+    "right: against the context length. Pick a precomputed run, length and metric to redraw; a small live run "
+    "below adds its own plot and leaves these as they are.")
 LIVE_NS = [1, 2, 3, 5, 8, 10, 15, 20, 30]
 
 
@@ -68,6 +75,7 @@ def build_tab(loader: Loading) -> Ready:
     result = load_results(shipped[0])
     table = result["table"] if result else []
     lengths = sorted({r["length"] for r in table}) or [2000]
+    gr.Markdown(HOW_TO_READ, elem_classes=["unreal-howto"])
     gr.Markdown("Long prompts as retrieval (paper Section 4): each New-Wiki question's gold paragraph sits at a "
                 "fixed depth among real distractor text (Wikipedia summaries, essays, a novel); each retriever "
                 "(UNREAL, BM25, …) selects n chunks, the same LLM answers. In the *same-topic* setting the "
@@ -90,8 +98,8 @@ def build_tab(loader: Loading) -> Ready:
 
     first = draw(length.value, "f1", table)
     with gr.Row():
-        topn = gr.Plot(first[0], label="accuracy against n")
-        by_length = gr.Plot(first[1], label="accuracy against length")
+        topn = gr.Plot(first[0], label="accuracy against n", min_width=420)
+        by_length = gr.Plot(first[1], label="accuracy against length", min_width=420)
     caption = gr.Markdown(first[2])
     frame = gr.Dataframe(summary_frame(table) if table else None, label="all cells (95% CIs in the JSON)")
     shown = gr.State(table)
@@ -114,11 +122,13 @@ def build_tab(loader: Loading) -> Ready:
                 "result is drawn here, below the precomputed one, which stays as it is.")
     with gr.Row():
         live_length = gr.Dropdown(["2K", "4K", "8K", "16K"], value="2K", label="length")
-        live_ns = gr.CheckboxGroup(LIVE_NS, value=[1, 3, 5, 10], label="n values")
+        live_ns = gr.CheckboxGroup(LIVE_NS, value=[1, 3, 5, 10], label="n values", info=SYMBOLS["n"])
         live_sample = gr.Slider(1, 5, value=1, step=1, label="questions")
         live_distractors = gr.Radio(list(DISTRACTORS), value="pool", label="distractors",
                                     info="; ".join(f"{k}: {v}" for k, v in DISTRACTORS.items()))
-    go = gr.Button("Run live sample", variant="primary", interactive=False)
+    with gr.Row():
+        go = gr.Button("Run live sample", variant="primary", interactive=False)
+        stop = gr.Button("Stop", variant="stop", min_width=80, scale=0)
     status = gr.Markdown()
     live_plot = gr.Plot(label="live run: accuracy against n (after a run)")
     live_caption = gr.Markdown(elem_id="unreal-live-caption")
@@ -143,6 +153,7 @@ def build_tab(loader: Loading) -> Ready:
         return fig, text.replace("**What these data show:**", "**What this live run shows:**"), \
             summary_frame(rows), note
 
-    go.click(on_gpu(live, 600), [live_length, live_ns, live_sample, metric, live_distractors],
-             [live_plot, live_caption, live_frame, status], api_name="topn", concurrency_limit=1)
+    running = go.click(on_gpu(live, 600), [live_length, live_ns, live_sample, metric, live_distractors],
+                       [live_plot, live_caption, live_frame, status], api_name="topn", concurrency_limit=1)
+    stop.click(None, None, None, cancels=[running], api_name=False)
     return Ready(enable=[go])

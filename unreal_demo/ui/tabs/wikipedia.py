@@ -13,7 +13,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from ...core.encoding import MAX_TOKENS
-from ...core.generation import Generation
+from ...core.generation import Generation, prompt_ids
 from ...data.sources import load_corpus
 from ...data.textio import check_text
 from ...errors import UserError
@@ -26,7 +26,7 @@ from ...retrieval.registry import names
 from ...settings import PRECOMPUTED, display_path
 from ...store import index as ix
 from .. import plots
-from ..answer_check import ANSWER_LABEL, PLACEHOLDER, check_html
+from ..answer_check import ANSWER_LABEL, PLACEHOLDER, check_html, prefill_html
 from ..evidence import hits_html
 from ..gpu import on_gpu
 from ..wiring import Ready
@@ -35,6 +35,17 @@ CORPORA = {"new_wiki": "SQuAD-Shifts New-Wiki paragraphs (1,581)", "squad_dev": 
            "summaries": "Wikipedia lead summaries (10,033)", "enwiki": "full enwiki articles (106)",
            "all": "all of the above (13,787 passages, 20,354 chunks)"}
 HIT_COLUMNS = ["rank", "title", "score", "BM25 rank", "passage"]
+EXAMPLE_QUERIES = {  # held-out questions whose gold passage is in the index ("all"), and one SQuAD dev question
+    "Tesla: year he moved to the US": "In what year did Tesla move to the United States?",
+    "US flag: fringe first used": "When did the Army first use fringe on a flag?",
+    "Ice hockey: puck speed": "Hockey pucks approach goaltenders at upwards of what speed?",
+}
+HOW_TO_READ = (
+    "**How to read this tab.** Search a fixed offline collection of Wikipedia passages (not the live web) with "
+    "any method, next to BM25 (classic word matching). The chart shows the scores of the top k hits; the two "
+    "tables put the chosen method's hits beside BM25's, with where BM25 ranked each; the cards show the top 5 "
+    "hits with what matched shaded. *Answer from the top 5* gives those five to the model and checks its answer "
+    "against them. The downstream QA tables at the bottom are precomputed results over 300 questions.")
 TOKENS_PER_S = 576  # measured build path on 2 CPU cores (precomputed/bench_index.json)
 
 
@@ -119,6 +130,10 @@ def build_tab(loader: Loading) -> Ready:
                 described[name] = describe(state[name])
             return state[name]
 
+    gr.Markdown(HOW_TO_READ, elem_classes=["unreal-howto"])
+    with gr.Row(elem_classes=["unreal-examples"]):
+        gr.Markdown("**Examples:**", elem_classes=["unreal-examples-label"])
+        example_buttons = [gr.Button(label, size="sm", interactive=False) for label in EXAMPLE_QUERIES]
     gr.Markdown("Exact MaxSim over every chunk of an offline Wikipedia index (Eq. 4). The index stores chunk "
                 "states at ℓc only, so it does not depend on the trained head. Building encodes every chunk once "
                 f"(about {TOKENS_PER_S} tokens/s on 2 CPU cores: New-Wiki ≈ 6 min, all ≈ 70–80 min) and resumes if "
@@ -130,17 +145,23 @@ def build_tab(loader: Loading) -> Ready:
         status = gr.Markdown("the indexes ready to search are listed once the model is loaded")
     with gr.Row():
         query = gr.Textbox(label="Query", scale=3)
-        k = gr.Slider(1, 50, value=10, step=1, label="k")
-        method = gr.Radio(names("index"), value="unreal", label="method")
-        go_btn = gr.Button("Search", variant="primary", interactive=False)
+        k = gr.Slider(1, 50, value=10, step=1, label="k", info="how many hits to show")
+        method = gr.Radio(names("index"), value="unreal", label="method", info=(
+            "unreal: the trained head (MaxSim); bm25: word matching; dense: sentence vectors; sparse: token "
+            "states; hybrid: UNREAL and BM25 merged"))
+        with gr.Column(min_width=120, scale=0):
+            go_btn = gr.Button("Search", variant="primary", interactive=False)
+            stop = gr.Button("Stop", variant="stop")
     chart = gr.Plot(label="Scores of the top k (after a search)")
     gr.Markdown("*What to look for:* a large gap between the first hit and the rest marks a confident match; "
                 "the BM25 rank column and the BM25 table beside show where the method and lexical matching "
                 "disagree.")
     with gr.Row():
-        table = gr.Dataframe(pd.DataFrame(columns=HIT_COLUMNS), wrap=True, label="chosen method", interactive=False)
+        table = gr.Dataframe(pd.DataFrame(columns=HIT_COLUMNS), wrap=True, label="chosen method", interactive=False,
+                             column_widths=["10%", "18%", "12%", "12%", "48%"], min_width=380)
         bm25_table = gr.Dataframe(pd.DataFrame(columns=[c for c in HIT_COLUMNS if c != "BM25 rank"]), wrap=True,
-                                  label="BM25, same query", interactive=False)
+                                  label="BM25, same query", interactive=False,
+                                  column_widths=["10%", "20%", "13%", "57%"], min_width=380)
     with gr.Accordion("Evidence in the top 5 hits", open=True):
         evidence = gr.HTML("<p class='unreal-placeholder'>After a search: the top 5 hits of the chosen method, "
                            "UNREAL's pooled spans shaded by max_g ⟨q_g, k_p⟩ and BM25's matched terms "
@@ -222,6 +243,8 @@ def build_tab(loader: Loading) -> Ready:
             raise gr.Error("search first")
         explorer, passages = loader.get(), [h["text"] for h in last["hits"]]
         try:
+            n_tokens = len(prompt_ids(explorer.backbone, passages, last["query"]))
+            yield "", prefill_html(n_tokens, len(passages), explorer, "hit"), gr.skip()
             gen = Generation()
             for gen in explorer.stream_passages(passages, last["query"], source="the top 5 hits"):
                 yield gen.text, PLACEHOLDER, gr.skip()
@@ -233,10 +256,14 @@ def build_tab(loader: Loading) -> Ready:
             copied.setdefault(j, []).append((start, end))
         yield gen.text, check_html(explorer, gen, support), _cards(last, copied)
 
-    load.click(open_index, corpus, status, api_name=False)
-    go_btn.click(on_gpu(do_search), [query, k, method, corpus],
-                 [chart, table, bm25_table, status, evidence, searched, answer, check], api_name="search")
-    answer_btn.click(on_gpu(do_answer), searched, [answer, check, evidence], api_name=False)
+    found = [chart, table, bm25_table, status, evidence, searched, answer, check]
+    running = [load.click(open_index, corpus, status, api_name=False),
+               go_btn.click(on_gpu(do_search), [query, k, method, corpus], found, api_name="search"),
+               answer_btn.click(on_gpu(do_answer), searched, [answer, check, evidence], api_name=False)]
+    for button, q in zip(example_buttons, EXAMPLE_QUERIES.values(), strict=True):
+        running.append(button.click(lambda q=q: (q, "unreal"), None, [query, method], api_name=False, queue=False)
+                       .then(on_gpu(do_search), [query, k, method, corpus], found, api_name=False))
+    stop.click(None, None, None, cancels=running, api_name=False)
 
     def fill(explorer: Explorer) -> dict:
         ready = ready_corpora(explorer)
@@ -244,4 +271,4 @@ def build_tab(loader: Loading) -> Ready:
                 status: f"ready to search: {', '.join(ready)} (opened on the first query)" if ready else
                 "no index built yet: press 'Build or load index'"}
 
-    return Ready(enable=[load, go_btn, answer_btn], fill=fill, outputs=[corpus, status])
+    return Ready(enable=[load, go_btn, answer_btn, *example_buttons], fill=fill, outputs=[corpus, status])
