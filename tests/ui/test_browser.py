@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -17,7 +18,7 @@ import torch
 
 sync_api = pytest.importorskip("playwright.sync_api")
 
-from unreal_demo.core.generation import ANSWER_RULE, stream_answer  # noqa: E402
+from unreal_demo.core.generation import ANSWER_RULE, Generation, stream_answer  # noqa: E402
 from unreal_demo.core.head import untrained_head  # noqa: E402
 from unreal_demo.data.sources import Passage  # noqa: E402
 from unreal_demo.pipeline import Explorer  # noqa: E402
@@ -40,6 +41,9 @@ GPL_QUESTION = "What must you do if you convey object code?"
 GPL_SAYS = ["You must", " comply with", " the requirements", " of this", "\n", "License", ".", " Corresponding",
             " Source"]  # 38 of the tiny tokenizer's tokens to the period: within the 48-token limit
 GPL_ANSWER = "You must comply with the requirements of this License."
+SLOW_QUESTION = "What does the slow model say?"  # answered a word every 0.3 s after a 2 s prefill (the Stop test)
+SAID: list[int] = []  # the words the slow answer has produced so far
+TABS = ("Long document", "Wikipedia", "Top-n", "By layer", "FLOPs", "About")
 
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="Debian chromium is not installed")
 
@@ -57,9 +61,18 @@ def url(tiny, saying, tmp_path_factory):
 
     def copying_the_licence(passages, question, rule=ANSWER_RULE, source="the passages"):
         """The random tiny model, except that to the licence question it copies the licence's wrapped lines."""
+        if question == SLOW_QUESTION:
+            return slowly()
         if question != GPL_QUESTION:
             return answer(passages, question, rule, source)
         return stream_answer(saying(GPL_SAYS), [1, 2, 3], rule.budget, rule.first_sentence)
+
+    def slowly():
+        time.sleep(2)  # the prefill: the page says so before the first token
+        for i in range(1, 400):
+            SAID.append(i)
+            yield Generation(" ".join(["word"] * i), i, 9, {"prefill": 2.0})
+            time.sleep(0.3)
 
     mp.setattr(explorer, "stream_passages", copying_the_licence)
     ix.build_index(ix.default_folder(explorer, "new_wiki"), tiny, PASSAGES, 3, explorer.head.config.n_pool,
@@ -100,7 +113,7 @@ def shots(tmp_path_factory) -> Path:
 
 
 def open_tab(page, name: str):
-    page.get_by_role("tab", name=name).click()
+    page.get_by_role("tab", name=name, exact=True).click()
     return page.locator("[role=tabpanel]:visible").first
 
 
@@ -110,14 +123,37 @@ def shoot(page, shots: Path, name: str) -> None:
     assert path.stat().st_size > 10_000
 
 
+def test_the_first_view_shows_the_worked_example(page, shots):
+    """Without a click: the needle example's question in the box, its result drawn (answer, scores, evidence,
+    selected chunks) and marked as a worked example computed by the app."""
+    from unreal_demo.ui.examples import load_examples
+
+    needle = load_examples()[0]
+    tab = open_tab(page, "Long document")
+    banner = page.locator("#unreal-example")
+    sync_api.expect(banner).to_contain_text("Worked example (computed by this app at start-up, not a mock)",
+                                            timeout=60_000)
+    assert needle["question"] in banner.inner_text() and "tiny-llama" in banner.inner_text()
+    assert tab.get_by_label("Question", exact=True).input_value() == needle["question"]
+    answer = page.get_by_label(ANSWER_LABEL)
+    page.wait_for_function("el => el.value.length > 0", arg=answer.element_handle(), timeout=30_000)
+    assert tab.locator("#unreal-answer-check").get_by_text("Written by").count() == 1
+    assert page.locator(".unreal-card").count() == 5  # the n = 5 selected chunks, shaded
+    page.locator(".js-plotly-plot .bars path").first.wait_for(state="attached", timeout=30_000)
+    assert page.locator(".js-plotly-plot .bars path").count() > 10  # one bar per chunk
+    assert page.locator("a[href*='ask.json']").count() >= 1  # its download, too
+    shoot(page, shots, "first_view")
+
+
 def test_long_document_one_method(page, shots):
     tab = open_tab(page, "Long document")
     assert "1 2 3" not in tab.inner_text()  # no dummy table headers before a run
     page.get_by_placeholder("Paste a long document…").fill(DOC)
-    page.get_by_label("Question").fill("What is the zebra code?")
-    page.get_by_label("bm25").check()
+    tab.get_by_label("Question", exact=True).fill("What is the zebra code?")
+    tab.get_by_role("radio", name="bm25").check()
     page.get_by_role("button", name="Select evidence and answer").click()
-    page.locator(".unreal-card").first.wait_for(timeout=60_000)
+    # the worked example's cards, answer and downloads are on the page already: wait for this run's own
+    page.locator(".unreal-card u").filter(has_text="zebra").first.wait_for(timeout=60_000)  # (downloads cleared)
     answer = page.get_by_label(ANSWER_LABEL)
     page.wait_for_function("el => el.value.length > 0", arg=answer.element_handle(), timeout=60_000)
     page.locator(".js-plotly-plot .bars path").first.wait_for(state="attached", timeout=60_000)
@@ -135,8 +171,8 @@ def test_long_document_one_method(page, shots):
 def test_a_hard_wrapped_answer_is_whole(page):
     tab = open_tab(page, "Long document")
     page.get_by_placeholder("Paste a long document…").fill(GPL)
-    page.get_by_label("Question").fill(GPL_QUESTION)
-    page.get_by_label("bm25").check()
+    tab.get_by_label("Question", exact=True).fill(GPL_QUESTION)
+    tab.get_by_role("radio", name="bm25").check()
     page.get_by_role("button", name="Select evidence and answer").click()
     answer = page.get_by_label(ANSWER_LABEL)
     sync_api.expect(answer).to_have_value(GPL_ANSWER, timeout=60_000)  # not cut at the line break after "this"
@@ -148,20 +184,20 @@ def test_a_hard_wrapped_answer_is_whole(page):
 
 
 def test_a_pasted_binary_document_is_refused_and_kept(page):
-    open_tab(page, "Long document")
+    tab = open_tab(page, "Long document")
     binary = "\x7fELF\x02\x01\x01\x03\x00>\x01\x10@\x00\x13\x14 pasted from a program file"
     box = page.get_by_placeholder("Paste a long document…")
     box.fill(binary)
-    page.get_by_label("Question").fill("What does it say?")
+    tab.get_by_label("Question", exact=True).fill("What does it say?")
     page.get_by_role("button", name="Select evidence and answer").click()
     page.get_by_text("the document: looks binary or damaged").first.wait_for(timeout=30_000)
     assert box.input_value() == binary  # the user's text stays
 
 
 def test_long_document_compare_mode(page, shots):
-    open_tab(page, "Long document")
+    tab = open_tab(page, "Long document")
     page.get_by_placeholder("Paste a long document…").fill(DOC)  # also when this test runs alone
-    page.get_by_label("Question").fill("What is the zebra code?")
+    tab.get_by_label("Question", exact=True).fill("What is the zebra code?")
     page.get_by_role("button", name="Compare methods", exact=True).click()
     page.locator("a[href*='compare.json']").first.wait_for(timeout=120_000)
     panel = page.locator(".js-plotly-plot").filter(has_text="normalised per method")
@@ -191,7 +227,7 @@ def test_wikipedia_search_and_answer(page, shots):
 
 
 def test_topn_precomputed_plots_and_a_live_run(page, shots):
-    tab = open_tab(page, "Top-n trade-off")
+    tab = open_tab(page, "Top-n")
     tab.locator(".js-plotly-plot").first.wait_for(timeout=30_000)
     assert tab.locator(".js-plotly-plot").count() >= 2
     shipped = tab.locator(".js-plotly-plot").count()
@@ -205,7 +241,7 @@ def test_topn_precomputed_plots_and_a_live_run(page, shots):
 
 
 def test_intrinsic_live_scoring(page, shots):
-    tab = open_tab(page, "Intrinsic retrieval by layer")
+    tab = open_tab(page, "By layer")
     tab.get_by_label("Context").fill("Paris is the capital of France. " * 8 + "The fox jumps over the dog. " * 8)
     tab.get_by_label("Question").fill("What is the capital of France?")
     tab.get_by_role("button", name="Score every layer and head").click()
@@ -220,7 +256,7 @@ def test_intrinsic_live_scoring(page, shots):
 
 
 def test_flops_moving_n_changes_n_star(page, shots):
-    tab = open_tab(page, "FLOPs & break-even")
+    tab = open_tab(page, "FLOPs")
     summary = tab.get_by_text("N* =").first
     summary.wait_for(timeout=30_000)
     before = summary.inner_text()
@@ -232,11 +268,55 @@ def test_flops_moving_n_changes_n_star(page, shots):
     shoot(page, shots, "flops")
 
 
-def test_about_tables_render(page, shots):
-    tab = open_tab(page, "About the head")
+def test_about_says_what_the_app_is_in_tables_not_json(page, shots):
+    tab = open_tab(page, "About")
     tab.get_by_text("Head:").first.wait_for(timeout=30_000)
-    assert tab.locator("table, [role=grid]").count() >= 1
+    text = tab.inner_text()
+    assert text.lstrip().startswith("What this app is") and "What each tab answers" in text
+    for name in TABS:
+        assert f"{name}:" in text  # what each tab answers
+    head_line = tab.locator("p").filter(has_text="parameters ·").first.inner_text()
+    assert "no query adapter" in head_line and "from BM25" in head_line  # adapter and C0 source
+    assert tab.get_by_text("what it means", exact=True).count() >= 1  # the settings table: symbol, value, meaning
+    assert tab.get_by_text("3 of 4", exact=True).count() >= 1  # ℓc of the tiny head
+    assert tab.locator(".json-holder, [data-testid=json]").count() == 0  # no gr.JSON
+    assert not re.search(r'[{\[]\s*"\w+"\s*:', text)  # no raw JSON text on screen
     shoot(page, shots, "about")
+
+
+def test_stop_cancels_a_run_after_its_prefilling_state(page):
+    """Between the ranking and the first token the page says what it is doing; Stop ends the stream."""
+    tab = open_tab(page, "Long document")
+    page.get_by_placeholder("Paste a long document…").fill(DOC)
+    tab.get_by_label("Question", exact=True).fill(SLOW_QUESTION)
+    tab.get_by_role("radio", name="bm25").check()
+    page.get_by_role("button", name="Select evidence and answer").click()
+    sync_api.expect(page.locator("#unreal-prefill")).to_contain_text(re.compile(r"Prefilling [\d,]+ tokens"),
+                                                                     timeout=60_000)
+    answer = page.get_by_label(ANSWER_LABEL)
+    sync_api.expect(answer).to_have_value(re.compile("^word word"), timeout=30_000)
+    page.locator("#unreal-stop-ask").click()
+    time.sleep(1.5)  # a step already under way may still land
+    said, shown = len(SAID), answer.input_value()
+    time.sleep(3)  # ten more words, had it gone on
+    assert len(SAID) == said and answer.input_value() == shown
+    assert 0 < said < 60
+
+
+def test_every_tab_is_reachable_at_800_px(url, browser):
+    page = browser.new_page(viewport={"width": 800, "height": 1000})
+    try:
+        page.goto(url)
+        page.get_by_text("ready in").first.wait_for(timeout=60_000)
+        assert page.locator(".overflow-menu:not(.hide)").count() == 0  # no tab folded behind "⋯"
+        for name in TABS:
+            label = page.get_by_role("tab", name=name, exact=True)
+            assert label.is_visible()
+            label.click()
+            sync_api.expect(label).to_have_attribute("aria-selected", "true")
+            assert page.locator("[role=tabpanel]:visible").first.inner_text().strip()
+    finally:
+        page.close()
 
 
 def test_the_start_up_page_turns_into_the_app(browser, tmp_path):
