@@ -19,6 +19,8 @@ from pathlib import Path
 
 from playwright.sync_api import sync_playwright
 
+from unreal_demo.ui.answer_check import ANSWER_LABEL
+
 PORT = 7899
 HERE = Path(__file__).parent
 OUT = HERE / "screenshots"
@@ -37,7 +39,7 @@ def shoot(page, name: str) -> None:
 
 
 def wait_answer(page, scope) -> None:
-    box = scope.get_by_label(re.compile(r"^Answer \(")).first
+    box = scope.get_by_label(ANSWER_LABEL).first
     page.wait_for_function("el => el.value.length > 0", arg=box.element_handle(), timeout=300_000)
     time.sleep(5)  # let the stream finish
 
