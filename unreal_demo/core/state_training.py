@@ -140,7 +140,7 @@ def mine(head: QueryHead, data: StateSet, pool: torch.Tensor, n: int) -> list[to
     positives, never negatives, by the caller's candidate set)."""
     if not n:
         return [torch.empty(0, dtype=torch.long) for _ in data.positives]
-    return list(scores(head, data.groups, pool).topk(n, dim=1).indices)
+    return list(scores(head, data.groups, pool).topk(min(n, len(pool)), dim=1).indices)
 
 
 def fit_states(head: QueryHead, train: Sequence[StateSet], dev: Sequence[StateSet], keys: torch.Tensor,

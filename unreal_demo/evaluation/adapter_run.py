@@ -154,7 +154,7 @@ def bm25_recall(index, data: Questions, usable: torch.Tensor, ks=(1, 10)) -> dic
 
 def dense_recall(index, data: Questions, usable: torch.Tensor, ks=(1, 10)) -> dict[str, float]:
     """Dense MiniLM's R@k for a set over the chunks ``usable`` marks (the index's stored MiniLM vectors)."""
-    from ..retrieval.dense import embed
+    from ..core.minilm import embed
 
     vectors = torch.cat([torch.from_numpy(index.dense_vectors(s)) for s in index.shards]).float()  # (M, 384)
     scores = embed(data.texts) @ vectors.T  # (N, M)
@@ -179,8 +179,11 @@ def run_variants(head, train: list[StateSet], dev: list[StateSet], test: StateSe
     dev_keys = keys[usable]
     remap = torch.full((len(keys),), -1, dtype=torch.long)
     remap[usable] = torch.arange(int(usable.sum()))
-    dev_local = [StateSet(d.name, d.groups, [[int(remap[i]) for i in p if remap[i] >= 0] for p in d.positives])
-                 for d in dev]
+    def local(sets: list[StateSet]) -> list[StateSet]:  # positives as positions among the usable chunks
+        return [StateSet(d.name, d.groups, [[int(remap[i]) for i in p if remap[i] >= 0] for p in d.positives])
+                for d in sets]
+
+    dev_local, train_local = local(dev), local(train)
 
     def row(label: str, model, extra: dict) -> dict:
         out = {"variant": label, "parameters": model.n_params()} | extra
@@ -194,7 +197,7 @@ def run_variants(head, train: list[StateSet], dev: list[StateSet], test: StateSe
     log(rows[-1])
     for v in variants:
         t0 = time.time()
-        sets = [s for s in train if s.name in v.sources]
+        sets = [s for s in train_local if s.name in v.sources]
         model, history = fit_states(head, sets, dev_local, dev_keys, v.cfg, train_mask[usable])
         best = max(history, key=lambda r: (r["mean R@1"], r["mean R@10"]))
         rows.append(row(v.label, model, {"sources": "+".join(v.sources), "settings": asdict(v.cfg),
@@ -226,8 +229,8 @@ def run(head_path: str, n_context: int | None = None, labels: list[str] | None =
     import json
     from pathlib import Path
 
-    from ..core.backbone import cache_dir
     from ..pipeline import Explorer
+    from ..settings import cache_dir
     from ..store.index import Index, shipped_folder
 
     explorer = Explorer.load(head=head_path, require_head=True)
@@ -307,7 +310,7 @@ def c0_ablation(head, backbone, index, sets: list[Questions], usable: list[torch
                 log=print) -> list[dict]:
     """R@1 / R@10 of ``head`` on each set with C0 taken from each of :data:`C0_SOURCES` at query time (same
     trained weights; ``usable[i]`` marks set i's candidate chunks). Query states are cached per source."""
-    from ..retrieval.dense import embed
+    from ..core.minilm import embed
 
     chunks, dense = index.chunks, None
     keys = pool_of(index)[0]
