@@ -7,11 +7,11 @@ Every flag also reads an environment variable (for a Space): ``UNREAL_MODEL``, `
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import threading
 from typing import TYPE_CHECKING
 
+from unreal_demo.settings import DEFAULT_MODEL, env  # standard library only, as the splash
 from unreal_demo.ui.splash import Splash  # standard library only: the port serves before anything heavy imports
 
 if TYPE_CHECKING:
@@ -34,7 +34,6 @@ def _report(loader: Loading) -> None:
 
 
 def main() -> int:
-    env = os.environ.get
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default=env("UNREAL_MODEL"),
                         help="a Hugging Face id or folder (default: the offline default model)")
@@ -54,7 +53,6 @@ def main() -> int:
     print(f"UNREAL Explorer: starting on http://{args.host}:{splash.port}/ (importing PyTorch and Gradio) …",
           flush=True)
     splash.step("importing PyTorch and the UNREAL library")
-    from unreal_demo.core.backbone import DEFAULT_MODEL
     from unreal_demo.errors import UserError
     from unreal_demo.pipeline import Loading
 

@@ -24,9 +24,10 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
-from unreal_demo.core.backbone import DEFAULT_MODEL, load_backbone
+from unreal_demo.core.backbone import load_backbone
 from unreal_demo.core.encoding import encode_chunks, padded_batch, token_batches, tokenize_chunks
 from unreal_demo.data.sources import load_summaries
+from unreal_demo.settings import DEFAULT_MODEL
 
 
 @torch.inference_mode()

@@ -29,11 +29,11 @@ import numpy as np
 import torch
 from encode import raw_forward  # a sibling benchmark script (its folder is on sys.path)
 
+from unreal_demo.core.codec import quantize_int8
 from unreal_demo.core.encoding import encode_chunks, padded_batch, token_batches, tokenize_chunks
 from unreal_demo.core.maxsim import maxsim
 from unreal_demo.data.sources import load_squad
 from unreal_demo.pipeline import Explorer
-from unreal_demo.store.codec import quantize_int8
 from unreal_demo.store.index import Index, default_folder
 
 
@@ -54,7 +54,7 @@ def timed_each(fn, items) -> list[float]:
 
 def build_path(explorer: Explorer, ix: Index, sample: int) -> dict:
     """Tokens/s of the index's encoding path and of the raw truncated forward on the same chunks."""
-    from unreal_demo.retrieval.dense import embed
+    from unreal_demo.core.minilm import embed
 
     m = ix.manifest
     texts = [c["text"] for c in random.Random(0).sample(ix.chunks, min(sample, len(ix)))]
@@ -140,7 +140,7 @@ def main() -> None:
         len(set(a.tolist()) & set(b.tolist())) / 10 for a, b in zip(agree, fp16_top, strict=True)), 4)
     lat["bm25"] = percentiles(timed_each(lambda x: ix.bm25_topk([x], 10), queries))
     if m["dense"]:
-        from unreal_demo.retrieval.dense import embed
+        from unreal_demo.core.minilm import embed
 
         qv = embed(queries)
         lat["dense"] = percentiles(timed_each(lambda x: ix.dense_topk(x[None], 10), qv))

@@ -19,11 +19,11 @@ import statistics
 import time
 from pathlib import Path
 
-from unreal_demo.core.chunking import CHUNK_TOKENS
 from unreal_demo.core.generation import AnswerRule, fits_window, prompt_ids, stream_answer
 from unreal_demo.data.sources import load_essays
 from unreal_demo.evaluation import flops
 from unreal_demo.pipeline import Explorer
+from unreal_demo.settings import CHUNK_TOKENS
 
 FACT = "The secret ingredient of the best pizza in Oakland is a spoonful of smoked paprika."
 QUESTION = "What is the secret ingredient of the best pizza in Oakland?"

@@ -56,9 +56,9 @@ def test_wikipedia_example(explorer):
 def test_shipped_index_answers_without_a_build(explorer):
     """The compressed index of the "all" corpus in precomputed/index opens with its checksums and finds a
     New-Wiki paragraph among its 20,354 chunks."""
+    from unreal_demo.core.codec import DENSE_CODECS, LOSSY
     from unreal_demo.data.sources import load_squad
     from unreal_demo.store import index as ix
-    from unreal_demo.store.codec import DENSE_CODECS, LOSSY
 
     shipped = ix.shipped_folder(explorer, "all")
     if not (shipped / "manifest.json").exists():

@@ -11,13 +11,11 @@ import shutil
 import sys
 from pathlib import Path
 
-from .core.backbone import DEFAULT_MODEL
-from .core.chunking import CHUNK_TOKENS
+from .core.codec import CODECS, DENSE_CODECS
 from .core.generation import ANSWER_RULE, AnswerRule, complete
 from .errors import InputError, UserError
 from .retrieval import registry as retrieval
-from .settings import DEFAULT_HEADS, display_path
-from .store.codec import CODECS, DENSE_CODECS
+from .settings import CHUNK_TOKENS, DEFAULT_HEADS, DEFAULT_MODEL, display_path
 from .store.qdrant import DATATYPES, STORE_HELP
 
 

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import torch
 
-from .core.backbone import DEFAULT_MODEL, Backbone, load_backbone
-from .core.chunking import CHUNK_TOKENS, Chunk, chunk_documents, tokenizer_counters
+from .core.backbone import Backbone, load_backbone
+from .core.chunking import Chunk, chunk_documents, tokenizer_counters
 from .core.encoding import encode_chunks
 from .core.generation import ANSWER_RULE, AnswerRule, Generation, fits_window, prompt_ids, stream_answer
 from .core.head import QueryHead, untrained_head
@@ -30,7 +30,7 @@ from .core.selection import select_top_n
 from .data.textio import check_text
 from .errors import InputError
 from .retrieval.registry import METHODS, MemoryStore, all_scores, check
-from .settings import DEFAULT_HEADS, MAX_CHARS, MAX_N, display_path
+from .settings import CHUNK_TOKENS, DEFAULT_HEADS, DEFAULT_MODEL, MAX_CHARS, MAX_N, display_path
 
 
 @dataclass

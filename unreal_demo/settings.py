@@ -1,6 +1,7 @@
-"""Settings every entry point shares: where the repository's files are, the shipped heads, the input limit,
-and how a path is shown to a user (never the producing machine's). The chunk size is
-:data:`core.chunking.CHUNK_TOKENS`; every other default comes from the loaded head.
+"""Settings every part of the package shares, at the bottom of its imports (this module imports nothing from the
+package): where the repository's files and the cache are, the default model and its shipped heads, the chunk and
+input limits, and every environment variable the package reads (:data:`ENVIRONMENT`, read through :func:`env`).
+Every other default comes from the loaded head.
 
 >>> display_path(REPO / "precomputed" / "qa.json")
 'precomputed/qa.json'
@@ -8,18 +9,55 @@ and how a path is shown to a user (never the producing machine's). The chunk siz
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
-
-from .core.backbone import DEFAULT_MODEL, cache_dir
 
 REPO = Path(__file__).resolve().parent.parent
 PRECOMPUTED = REPO / "precomputed"
 ASSETS = REPO / "assets"
+
+DEFAULT_MODEL = "smollm2-135m-instruct"  # the offline default: SmolLM2-135M-Instruct, a GGUF file in a PyPI package
 # The long run (40,000 question visits over SQuAD dev, NYT and Reddit), chosen over the first ℓc = 25 head
 # (precomputed/heads/smollm2-135m, 4,000 visits of SQuAD dev) on the dev split: precomputed/head_choice.json.
 DEFAULT_HEADS = {DEFAULT_MODEL: PRECOMPUTED / "heads" / "smollm2-135m-mix" / "head"}
+
+CHUNK_TOKENS = 141  # the chunk size T: the paper's mean chunk length, used everywhere a chunk is cut
+MAX_TOKENS = 512  # a chunk is cut to this many tokens when encoded (index chunks are ~141 tokens)
 MAX_CHARS = 2_000_000  # the most text one request may bring (a pasted or uploaded document)
 MAX_N = 1_000  # the most chunks one request may ask to select (≈ 141K tokens, past every supported model's window)
+TOKENS_PER_S = 576  # index build speed on 2 CPU cores (precomputed/bench_index.json), for the app's time estimates
+
+CACHE_ENV = "UNREAL_CACHE"
+ENCODE_ENV = "UNREAL_DTYPE"
+SCAN_ENV = "UNREAL_SCAN"
+ENVIRONMENT = {
+    CACHE_ENV: "the cache folder (models, data sets, encodings, indexes); else $XDG_CACHE_HOME/unreal",
+    "XDG_CACHE_HOME": "the cache folder's parent when $UNREAL_CACHE is unset (default ~/.cache)",
+    ENCODE_ENV: "encoding dtype (fp32, bf16, fp16); else the CPU's choice (core.cpu.choose); also app.py --dtype",
+    SCAN_ENV: "MaxSim scan path on CPU (numkong or torch); else numkong where installed",
+    "UNREAL_MODEL": "app.py --model", "UNREAL_HEAD": "app.py --head", "UNREAL_DEVICE": "app.py --device",
+    "GRADIO_SERVER_NAME": "app.py --host (default 127.0.0.1)", "GRADIO_SERVER_PORT": "app.py --port (default 7860)",
+    "HF_HUB_OFFLINE": "1: never probe the Hugging Face hub", "HF_ENDPOINT": "the hub probed before a download",
+    "PIP_INDEX_URL": "the package index data is fetched from (as pip reads it)",
+    "PIP_EXTRA_INDEX_URL": "extra package indexes (as pip)", "PIP_CONFIG_FILE": "one more pip.conf (as pip)",
+    "PIP_DEFAULT_TIMEOUT": "seconds before a download gives up (default 60)",
+    "XDG_CONFIG_DIRS": "where pip's global pip.conf files are", "XDG_CONFIG_HOME": "where pip's user pip.conf is",
+}
+
+
+def env(name: str, default: str | None = None) -> str | None:
+    """The environment variable ``name`` (one of :data:`ENVIRONMENT`), else ``default``: the package's one reader."""
+    if name not in ENVIRONMENT:
+        raise KeyError(f"{name} is not a setting of this package (add it to settings.ENVIRONMENT)")
+    return os.environ.get(name, default)
+
+
+def cache_dir() -> Path:
+    """Return the cache folder: ``$UNREAL_CACHE``, else ``$XDG_CACHE_HOME/unreal``, else ``~/.cache/unreal``."""
+    root = env(CACHE_ENV)
+    path = Path(root) if root else Path(env("XDG_CACHE_HOME") or Path.home() / ".cache") / "unreal"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
 
 
 def in_precomputed(path: str | Path | None) -> bool:

@@ -9,6 +9,7 @@ import torch
 
 from unreal_demo.core import cpu
 from unreal_demo.core.backbone import pick_device_dtype
+from unreal_demo.settings import ENCODE_ENV, SCAN_ENV
 
 EPYC = cpu.parse_cpuinfo("processor : 0\nmodel name : AMD EPYC\nflags : fpu avx f16c fma avx2\n\n"
                          "processor : 1\nmodel name : AMD EPYC\nflags : fpu avx f16c fma avx2\n")
@@ -18,8 +19,8 @@ XEON = cpu.parse_cpuinfo("model name : Intel(R) Xeon(R)  Platinum 8480+\nflags :
 
 @pytest.fixture(autouse=True)
 def no_overrides(monkeypatch):
-    monkeypatch.delenv(cpu.ENCODE_ENV, raising=False)
-    monkeypatch.delenv(cpu.SCAN_ENV, raising=False)
+    monkeypatch.delenv(ENCODE_ENV, raising=False)
+    monkeypatch.delenv(SCAN_ENV, raising=False)
 
 
 def test_flags_and_units():
@@ -37,13 +38,13 @@ def test_bf16_only_with_the_units_and_a_passing_fidelity_check():
 
 
 def test_overrides_and_fallbacks(monkeypatch):
-    monkeypatch.setenv(cpu.ENCODE_ENV, "bf16")
-    monkeypatch.setenv(cpu.SCAN_ENV, "torch")
+    monkeypatch.setenv(ENCODE_ENV, "bf16")
+    monkeypatch.setenv(SCAN_ENV, "torch")
     choice = cpu.choose(EPYC, fidelity={})
     assert (choice.encode, choice.scan) == ("bf16", "torch")
     assert choice.line() == "AMD EPYC · AVX2 · scan fp32 via torch, encode bf16"
     assert cpu.choose(EPYC, dtype="fp16", fidelity={}).encode == "fp16"  # --dtype wins over the variable
-    monkeypatch.setenv(cpu.SCAN_ENV, "numkong")
+    monkeypatch.setenv(SCAN_ENV, "numkong")
     monkeypatch.setattr(cpu, "numkong_available", lambda: False)  # a machine without the package
     assert cpu.choose(EPYC, fidelity={}).scan == "torch"
     with pytest.raises(ValueError, match="unknown scan path"):
@@ -54,7 +55,7 @@ def test_the_backbone_dtype_follows_the_choice(monkeypatch):
     monkeypatch.setattr("unreal_demo.core.backbone.choose", lambda: cpu.choose(XEON, fidelity={"bf16": True}))
     assert pick_device_dtype("cpu") == (torch.device("cpu"), torch.bfloat16)
     assert pick_device_dtype("cpu", "fp32")[1] == torch.float32
-    monkeypatch.setenv(cpu.ENCODE_ENV, "fp16")
+    monkeypatch.setenv(ENCODE_ENV, "fp16")
     assert pick_device_dtype("cpu")[1] == torch.float16
 
 

@@ -38,7 +38,7 @@ class TestMaxSim:
     def test_normalized_scan_scales_similarities_not_keys(self):
         """normalize=True (per block, or with precomputed 1/‖k‖) equals scoring L2-normalised keys, for fp16
         and for int8 (whose scale cancels)."""
-        from unreal_demo.store.codec import quantize_int8
+        from unreal_demo.core.codec import quantize_int8
 
         torch.manual_seed(3)
         q, k = torch.randn(2, 4, 24), torch.randn(300, 7, 24) * torch.rand(300, 7, 1) * 5
@@ -83,7 +83,7 @@ class TestScanPaths:
         assert torch.equal(maxsim(q, k, 64, True, threads=3), maxsim(q, k, 64, True))
 
     def test_without_numkong_or_for_int8_the_torch_path_runs(self, monkeypatch):
-        from unreal_demo.store.codec import quantize_int8
+        from unreal_demo.core.codec import quantize_int8
 
         torch.manual_seed(7)
         q, k = torch.randn(2, 4, 16), torch.randn(200, 7, 16)

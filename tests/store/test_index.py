@@ -108,7 +108,8 @@ def test_hybrid_rrf_by_hand():
 
 
 def test_dense_and_sparse_methods_equal_brute_force(tmp_path, tiny, explorer):
-    from unreal_demo.retrieval import dense, sparse
+    from unreal_demo.core import minilm as dense
+    from unreal_demo.retrieval import sparse
 
     idx.build_index(tmp_path / "ix", tiny, PASSAGES, layer=3, shard_size=5, token_states=True, dense=True)
     ix = idx.Index(tmp_path / "ix")
@@ -130,7 +131,7 @@ def test_dense_and_sparse_methods_equal_brute_force(tmp_path, tiny, explorer):
 
 def test_product_quantised_dense_vectors_search_as_decoded(tmp_path, tiny, explorer):
     """`--dense-codec pq2`: the MiniLM vectors are stored as 96-byte codes and searched exactly as decoded."""
-    from unreal_demo.retrieval import dense
+    from unreal_demo.core import minilm as dense
 
     idx.build_index(tmp_path / "ix", tiny, PASSAGES, layer=3, shard_size=5, dense=True)
     m = idx.compress_index(tmp_path / "ix", tmp_path / "pq", "rpq2", centroids=16, dense_codec="pq2")

@@ -184,7 +184,7 @@ def test_a_cancelled_request_leaves_the_app_serving(client, explorer, monkeypatc
 def test_compare_scores_every_method_on_the_same_chunks(client, explorer, monkeypatch):
     """Compare mode: one row per chunk any method selected, each method's rank of it equal to its own run,
     one answer per method, the document encoded once for all of them."""
-    from unreal_demo.retrieval import dense
+    from unreal_demo.core import minilm as dense
 
     monkeypatch.setattr(dense, "embed", lambda texts: torch.nn.functional.normalize(  # MiniLM stand-in
         torch.tensor([[t.count("zebra"), t.count("Cats"), 1.0] for t in texts]), dim=-1))

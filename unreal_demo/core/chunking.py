@@ -21,7 +21,8 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-CHUNK_TOKENS = 141  # the chunk size T: the paper's mean chunk length, used everywhere a chunk is cut
+from ..settings import CHUNK_TOKENS
+
 _SENTENCE_END = re.compile(r"(?<=[.!?…。！？])[\"'”’)\]]*\s+|\n\s*\n\s*")
 
 

@@ -31,15 +31,14 @@ from __future__ import annotations
 import functools
 import importlib.util
 import json
-import os
 import platform
 from dataclasses import dataclass
 from pathlib import Path
 
-ENCODE_ENV = "UNREAL_DTYPE"
-SCAN_ENV = "UNREAL_SCAN"
+from ..settings import ENCODE_ENV, PRECOMPUTED, SCAN_ENV, env
+
 SCANS = ("numkong", "torch")
-FIDELITY_FILE = Path(__file__).resolve().parents[2] / "precomputed" / "encode_fidelity.json"
+FIDELITY_FILE = PRECOMPUTED / "encode_fidelity.json"
 _AVX512 = {"avx512_bf16": "BF16", "avx512_fp16": "FP16", "avx512_vnni": "VNNI"}
 _AMX = {"amx_bf16": "BF16", "amx_int8": "INT8"}
 
@@ -139,7 +138,7 @@ def choose(cpu: CPUInfo | None = None, dtype: str | None = None, scan: str | Non
     """
     cpu = cpu or cpu_info()
     fidelity = recorded_fidelity() if fidelity is None else fidelity
-    dtype = dtype or os.environ.get(ENCODE_ENV) or None
+    dtype = dtype or env(ENCODE_ENV) or None
     if dtype:
         encode, why = dtype, "encode dtype set by --dtype / $UNREAL_DTYPE"
     elif cpu.bf16_units and fidelity.get("bf16"):
@@ -148,7 +147,7 @@ def choose(cpu: CPUInfo | None = None, dtype: str | None = None, scan: str | Non
         encode, why = "fp32", "bf16 units present but no passing bf16 key-fidelity check recorded"
     else:
         encode, why = "fp32", "no bf16 units (bf16 would be emulated, ~5x slower than fp32)"
-    scan = scan or os.environ.get(SCAN_ENV) or ("numkong" if numkong_available() else "torch")
+    scan = scan or env(SCAN_ENV) or ("numkong" if numkong_available() else "torch")
     if scan not in SCANS:
         raise ValueError(f"unknown scan path {scan!r}; use one of {SCANS}")
     if scan == "numkong" and not numkong_available():

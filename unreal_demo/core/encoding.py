@@ -25,9 +25,8 @@ from pathlib import Path
 
 import torch
 
+from ..settings import MAX_TOKENS, cache_dir
 from .backbone import Backbone
-
-MAX_TOKENS = 512  # a chunk is cut to this many tokens when encoded (index chunks are ~141 tokens)
 
 
 class _StopForward(Exception):
@@ -205,7 +204,6 @@ def encode_chunks(
 
 def cache_folder(backbone: Backbone, texts: Sequence[str], layer: int, n_pool: int, max_tokens: int) -> Path:
     """``<cache>/encodings/<key>``: the key hashes the model (and dtype), ℓc, L_p, chunk length and every text."""
-    from .backbone import cache_dir
 
     key = hashlib.sha1(json.dumps([backbone.numerics, layer, n_pool, max_tokens, list(texts)]).encode())
     return cache_dir() / "encodings" / key.hexdigest()[:20]

@@ -43,7 +43,8 @@ from tqdm import tqdm
 
 from ..data.sources import QUESTION_SOURCES, SOURCES, Passage, Question, article_split
 from ..errors import UserError
-from .backbone import DEFAULT_MODEL, load_backbone
+from ..settings import DEFAULT_MODEL, cache_dir, in_precomputed
+from .backbone import load_backbone
 from .head import HeadConfig, QueryHead
 from .maxsim import maxsim_reference, normalize_chunks
 from .negatives import hard_negatives, mine_negatives
@@ -172,8 +173,7 @@ def _keys(cfg: TrainConfig, backbone, texts: list[str], progress=None, bounds: S
 
     ``bounds``: where each source ends in ``texts``; when the texts of the first sources have a shipped copy
     (a run adding a source to a shipped run's), those are loaded and only the rest is encoded."""
-    from ..settings import in_precomputed
-    from ..store.shipped_keys import split_at_shipped, training_keys
+    from .shipped_keys import split_at_shipped, training_keys
 
     args = (cfg.chunk_layer, cfg.n_pool, cfg.chunk_tokens)
     keep = bool(cfg.out) and in_precomputed(cfg.out)  # a shipped run
@@ -391,7 +391,6 @@ def output_folder(cfg: TrainConfig, force: bool = False) -> Path:
     """Where a run writes: ``cfg.out``, else ``<cache>/heads/<model>-l<ℓc>``. A finished head under
     ``precomputed/`` (a shipped head) is never overwritten without ``force``."""
     from ..settings import in_precomputed
-    from .backbone import cache_dir
 
     out = Path(cfg.out) if cfg.out else cache_dir() / "heads" / f"{cfg.model.replace('/', '_')}-l{cfg.chunk_layer}"
     if (out / "head.safetensors").exists() and in_precomputed(out) and not force:

@@ -38,10 +38,11 @@ from urllib.parse import urldefrag, urljoin, urlparse
 from urllib.request import url2pathname
 
 from ..errors import UserError
+from ..settings import env
 
 DEFAULT_INDEX = "https://pypi.org/simple"
 _ACCEPT = "application/vnd.pypi.simple.v1+json, text/html;q=0.1"
-_TIMEOUT = float(os.environ.get("PIP_DEFAULT_TIMEOUT", 60))
+_TIMEOUT = float(env("PIP_DEFAULT_TIMEOUT", "60"))
 
 
 class FetchError(UserError, RuntimeError):
@@ -55,14 +56,14 @@ def normalize_project(name: str) -> str:
 
 def _pip_config_files() -> list[Path]:
     """pip's configuration files, lowest precedence first (global, user, site, ``PIP_CONFIG_FILE``)."""
-    xdg_dirs = os.environ.get("XDG_CONFIG_DIRS", "/etc/xdg").split(os.pathsep)
+    xdg_dirs = env("XDG_CONFIG_DIRS", "/etc/xdg").split(os.pathsep)
     files = [Path(d) / "pip" / "pip.conf" for d in reversed(xdg_dirs)] + [Path("/etc/pip.conf")]
     home = Path.home()
     files += [home / ".pip" / "pip.conf",
-              Path(os.environ.get("XDG_CONFIG_HOME", home / ".config")) / "pip" / "pip.conf"]
+              Path(env("XDG_CONFIG_HOME") or home / ".config") / "pip" / "pip.conf"]
     files.append(Path(sys.prefix) / "pip.conf")
-    if os.environ.get("PIP_CONFIG_FILE"):
-        files.append(Path(os.environ["PIP_CONFIG_FILE"]))
+    if config := env("PIP_CONFIG_FILE"):
+        files.append(Path(config))
     return files
 
 
@@ -80,8 +81,8 @@ def index_urls() -> list[str]:
                 primary = parser.get(section, "index-url").strip()
             if parser.has_option(section, "extra-index-url"):
                 extra = parser.get(section, "extra-index-url").split()
-    primary = os.environ.get("PIP_INDEX_URL", primary).strip()
-    extra = os.environ["PIP_EXTRA_INDEX_URL"].split() if "PIP_EXTRA_INDEX_URL" in os.environ else extra
+    primary = env("PIP_INDEX_URL", primary).strip()
+    extra = extra_env.split() if (extra_env := env("PIP_EXTRA_INDEX_URL")) is not None else extra
     return list(dict.fromkeys([primary, *extra]))
 
 

@@ -26,9 +26,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..core.backbone import cache_dir
 from ..errors import UserError
-from ..settings import ASSETS, display_path
+from ..settings import ASSETS, cache_dir, display_path
 from .fetch import FetchError, Progress, download
 
 

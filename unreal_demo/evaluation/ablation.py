@@ -10,7 +10,7 @@ questions. Two sweeps (:data:`SWEEPS`), both kept in ``precomputed/ablations.jso
   soft prompt P, head-mined negatives (:mod:`core.negatives`), temperature τ, learning rate and ℓc 26–28.
 
 Chunk keys come from the local cache, else the repository's compressed copy of a shipped run's keys
-(:func:`store.shipped_keys.training_keys`); every other (ℓc, L_p) a sweep needs is encoded in one forward
+(:func:`core.shipped_keys.training_keys`); every other (ℓc, L_p) a sweep needs is encoded in one forward
 pass (:func:`encoding.warm_cache`). Each run checkpoints, and finished variants are kept in the result
 file, so a killed sweep resumes where it stopped.
 """
@@ -21,14 +21,15 @@ import json
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from ..core.backbone import cache_dir, load_backbone
+from ..core.backbone import load_backbone
 from ..core.encoding import cache_folder, warm_cache
 from ..core.head import QueryHead
+from ..core.shipped_keys import shipped_path, training_keys
 from ..core.training import TrainConfig, head_at_checkpoint, sample_dev, splits, train
 from ..errors import InputError
 from ..pipeline import Explorer
 from ..retrieval.registry import MemoryStore, all_scores
-from ..store.shipped_keys import shipped_path, training_keys
+from ..settings import cache_dir
 from .results import write_result
 from .retrieval import corpus_store, fit_fusion_weight, metrics, rankings
 

@@ -29,9 +29,8 @@ import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..core.backbone import cache_dir
 from ..core.generation import ANSWER_RULE, AnswerRule, stream_answer
-from ..settings import PRECOMPUTED, in_precomputed
+from ..settings import PRECOMPUTED, cache_dir, in_precomputed
 
 EXPORT_EVERY = 50  # new answers between two exports of a run that keeps its answers in the repository
 

@@ -27,7 +27,7 @@ import math
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from ..core.chunking import CHUNK_TOKENS
+from ..settings import CHUNK_TOKENS
 
 TERMS = {
     "a": "deeper layers (above ℓc) never run on the context",

@@ -31,8 +31,9 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from ..core.chunking import CHUNK_TOKENS, chunk_documents, sentence_spans
+from ..core.chunking import chunk_documents, sentence_spans
 from ..errors import InputError
+from ..settings import CHUNK_TOKENS
 from .metrics import normalize_answer
 
 DEFAULT_LENGTHS = (2_000, 4_000, 8_000, 16_000, 32_000, 128_000, 1_000_000)

@@ -27,12 +27,12 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from ..core.backbone import cache_dir
 from ..core.generation import ANSWER_RULE, DEFAULT_PROMPT, PROMPTS, prompt_ids
 from ..data.sources import Question
 from ..errors import UserError
 from ..retrieval.registry import METHODS as RETRIEVERS
 from ..retrieval.registry import canonical, names, retrieve
+from ..settings import cache_dir
 from ..store.index import Index
 from .answers import AnswerCache, answer_cache, keeps
 from .metrics import contained, exact_match, f1

@@ -23,12 +23,12 @@ from collections.abc import Sequence
 import torch
 from tqdm import tqdm
 
-from ..core.backbone import DEFAULT_MODEL
 from ..core.encoding import cached_encode
 from ..core.selection import zscore
 from ..data.sources import Passage, load_squad, load_summaries, read_jsonl
 from ..errors import UserError
 from ..retrieval.registry import METHODS, MemoryStore, check, retrieve
+from ..settings import DEFAULT_MODEL
 from .results import write_result
 
 KS = (1, 5, 10, 20)

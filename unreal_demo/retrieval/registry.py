@@ -169,7 +169,7 @@ class MemoryStore:
         return _topk(maxsim(q, self.scoring_keys(normalize).to(q.device)).cpu(), k)
 
     def dense_topk(self, qv: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-        from . import dense
+        from ..core import minilm as dense
 
         if self._dense is None:
             self._dense = dense.embed(self.texts)
@@ -284,7 +284,7 @@ def retrieve(store, explorer, queries: Sequence[str], k: int, method: str,
     if hasattr(store, "check_backbone") and method != "dense":
         store.check_backbone(explorer.backbone, c.chunk_layer)
     if method == "dense":
-        from .dense import embed
+        from ..core.minilm import embed
 
         qv = embed(queries)
         timings["query_encoding"] = time.perf_counter() - t1

@@ -36,16 +36,17 @@ import numpy as np
 import torch
 
 from ..core.backbone import Backbone
-from ..core.chunking import CHUNK_TOKENS, chunk_documents, tokenizer_counters
+from ..core.chunking import chunk_documents, tokenizer_counters
+from ..core.codec import CODECS, DENSE_CODECS, LOSSY, Codec, quantize_int8
+from ..core.codec import fit as fit_codec
+from ..core.codec import load as load_codec
 from ..core.cpu import choose
 from ..core.encoding import encode_chunks
 from ..core.maxsim import inverse_norms, maxsim, scan_error_bound
 from ..core.selection import BM25, score_rows
 from ..data.sources import Passage, sha256_file
 from ..errors import UserError
-from .codec import CODECS, DENSE_CODECS, LOSSY, Codec, quantize_int8
-from .codec import fit as fit_codec
-from .codec import load as load_codec
+from ..settings import CHUNK_TOKENS, cache_dir
 
 RESCORE = 32  # candidates beyond k that a scan with rounded query scores re-scores in fp32 (Index.maxsim_topk)
 
@@ -164,7 +165,7 @@ def build_index(
             files[f"tokens_{n:05d}.npy"] = torch.cat(toks).numpy()  # (ΣT, d) fp16
             files[f"lengths_{n:05d}.npy"] = np.array([len(t) for t in toks], dtype=np.int64)
         if dense:
-            from ..retrieval.dense import embed
+            from ..core.minilm import embed
 
             files[f"dense_{n:05d}.npy"] = embed([c.text for c in part]).half().numpy()  # (n, 384)
         saved = {name: _save(out, name, arr) for name, arr in files.items()}
@@ -534,8 +535,6 @@ def _index_name(explorer, corpus: str) -> str:
 
 def default_folder(explorer, corpus: str) -> Path:
     """Where the app and the CLI build the index of a built-in corpus for this model and ℓc (the cache)."""
-    from ..core.backbone import cache_dir
-
     return cache_dir() / "indexes" / _index_name(explorer, corpus)
 
 

@@ -599,7 +599,7 @@ def add_passages(store: QdrantStore, backbone, passages: Sequence[Passage],
     keys = encode_chunks(backbone, texts, m["chunk_layer"], m["n_pool"], progress=progress).numpy()
     dense = None
     if m["dense"]:
-        from ..retrieval.dense import embed
+        from ..core.minilm import embed
 
         dense = embed(texts).numpy()
     payloads = [{"passage": passages[c.doc].id, "title": passages[c.doc].title, "source": passages[c.doc].source,

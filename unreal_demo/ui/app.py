@@ -12,16 +12,16 @@ from __future__ import annotations
 import copy
 import threading
 import time
-from pathlib import Path
 
 import gradio as gr
 
 from ..pipeline import Explorer, Loading
+from ..settings import ASSETS
 from .glossary import glossary_markdown
 from .tabs import about, flops, intrinsic, long_document, topn, wikipedia
 from .wiring import Ready
 
-CSS = (Path(__file__).resolve().parents[2] / "assets" / "style.css").read_text()
+CSS = (ASSETS / "style.css").read_text()
 # short labels: all six stay in the tab bar at 800 px (Gradio folds the ones that do not fit into a "⋯" menu)
 TABS = (("Long document", long_document), ("Wikipedia", wikipedia), ("Top-n", topn), ("By layer", intrinsic),
         ("FLOPs", flops), ("About", about))

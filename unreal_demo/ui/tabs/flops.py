@@ -8,10 +8,9 @@ import gradio as gr
 import numpy as np
 import pandas as pd
 
-from ...core.chunking import CHUNK_TOKENS
 from ...evaluation import flops
 from ...pipeline import Explorer, Loading
-from ...settings import PRECOMPUTED
+from ...settings import CHUNK_TOKENS, PRECOMPUTED
 from .. import plots
 from ..glossary import SYMBOLS, explain
 from ..wiring import Ready

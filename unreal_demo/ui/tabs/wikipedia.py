@@ -12,7 +12,6 @@ import gradio as gr
 import pandas as pd
 import plotly.graph_objects as go
 
-from ...core.encoding import MAX_TOKENS
 from ...core.generation import Generation, prompt_ids
 from ...data.sources import load_corpus
 from ...data.textio import check_text
@@ -23,7 +22,7 @@ from ...evaluation.qa import BOUNDS
 from ...evaluation.results import head_mismatch, made_by
 from ...pipeline import Explorer, Loading, check_n
 from ...retrieval.registry import names
-from ...settings import PRECOMPUTED, display_path
+from ...settings import MAX_TOKENS, PRECOMPUTED, TOKENS_PER_S, display_path
 from ...store import index as ix
 from .. import plots
 from ..answer_check import ANSWER_LABEL, PLACEHOLDER, check_html, prefill_html
@@ -46,7 +45,6 @@ HOW_TO_READ = (
     "tables put the chosen method's hits beside BM25's, with where BM25 ranked each; the cards show the top 5 "
     "hits with what matched shaded. *Answer from the top 5* gives those five to the model and checks its answer "
     "against them. The downstream QA tables at the bottom are precomputed results over 300 questions.")
-TOKENS_PER_S = 576  # measured build path on 2 CPU cores (precomputed/bench_index.json)
 
 
 def _hits_table(result: dict, bm25_rank: dict[int, int]) -> pd.DataFrame:

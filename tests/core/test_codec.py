@@ -10,9 +10,9 @@ import pytest
 import torch
 
 from unreal_demo.__main__ import main
+from unreal_demo.core import codec as cd
 from unreal_demo.core.maxsim import maxsim_reference
 from unreal_demo.data.sources import Passage
-from unreal_demo.store import codec as cd
 from unreal_demo.store import index as idx
 
 PASSAGES = [Passage(f"p{i}", f"Title {i}", f"Passage {i} says item {i} weighs {i * 3} kilograms. " * (1 + i % 3),

@@ -3,7 +3,7 @@
 Training encodes its paragraphs once at ℓc (:func:`core.encoding.cached_encode`: 4,912 training and
 1,207 dev paragraphs take ~25 min on 2 cores) into the local cache, which a new machine does not
 have. A run that writes into ``precomputed/`` therefore also keeps a ``res2`` copy of those keys
-(:mod:`store.codec`: ColBERTv2-style residual codes over 1,024 centroids fitted on these keys,
+(:mod:`core.codec`: ColBERTv2-style residual codes over 1,024 centroids fitted on these keys,
 146 B per vector, ~7 MB for the default run) in ``precomputed/encodings/<cache key>.npz``; where the
 local cache lacks a set of keys, the decoded copy is used instead (unit vectors, as training
 normalises them anyway). The file is named by the same key as the local cache (model, dtype, ℓc,

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import torch
 
-from ..core.backbone import BackboneError
 from ..data.sources import DataError, source_path
+from .backbone import BackboneError
 
 _LOCK = threading.Lock()
 _MODEL = None

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from unreal_demo.core import codec
+from unreal_demo.core import shipped_keys as sk
 from unreal_demo.core.encoding import cache_folder, cached_encode
-from unreal_demo.store import codec
-from unreal_demo.store import shipped_keys as sk
 
 TEXTS = [f"Paragraph {i} is about the number {i * 7} and the colour {c}." for i, c in
          enumerate(["red", "green", "blue", "cyan", "amber", "violet"] * 6)]
