@@ -50,8 +50,8 @@ class StateTrainConfig:
     negatives: str = "mined"  # "pool" (every chunk a candidate) or "mined" (mined + sampled, see above)
     mined: int = 32
     sampled: int = 2048
-    dev_every: int = 25
-    patience: int = 8  # dev checks without a better mean R@1 before stopping
+    dev_every: int = 50
+    patience: int = 3  # dev checks without a better mean R@1 before stopping
     seed: int = 0
 
 

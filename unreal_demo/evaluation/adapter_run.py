@@ -269,6 +269,7 @@ def run(head_path: str, n_context: int | None = None, labels: list[str] | None =
     if save and heads:
         label = save_label or max(rows[1:], key=lambda r: r["dev mean R@1"])["variant"]
         chosen = heads[label]
+        chosen.config.fusion_weight = fit_fusion_on_dev(chosen, index, devs, dev_s, keys, usable)
         chosen.config.provenance = head.config.provenance | {"adapter": label, "adapter_data": result["sets"],
                                                              "adapter_row": next(r for r in rows
                                                                                  if r["variant"] == label)}
@@ -351,3 +352,17 @@ def c0_ablation(head, backbone, index, sets: list[Questions], usable: list[torch
             log(s.name, name, results[name])
         rows += [{"set": s.name, "questions": len(s.texts), "C0": name} | results[name] for name in C0_SOURCES]
     return rows
+
+
+def fit_fusion_on_dev(head, index, devs: list[Questions], cached: list[StateSet], keys: torch.Tensor,
+                      usable: torch.Tensor) -> float:
+    """The score-fusion weight w of ``head`` (``w·z(UNREAL) + (1−w)·z(BM25)``, best MRR@10) refitted on the dev
+    sets' cached states over the usable chunks (:func:`evaluation.retrieval.fit_fusion_weight`)."""
+    from .retrieval import fit_fusion_weight
+
+    remap = torch.full((len(keys),), -1, dtype=torch.long)
+    remap[usable] = torch.arange(int(usable.sum()))
+    unreal = torch.cat([scores(head, c.groups, keys[usable]) for c in cached])  # (N, P)
+    bm25 = torch.cat([index.bm25_scores(q.texts)[:, usable] for q in devs])  # (N, P)
+    gold = [{int(remap[i]) for i in p if remap[i] >= 0} for c in cached for p in c.positives]
+    return fit_fusion_weight(unreal, bm25, gold)
