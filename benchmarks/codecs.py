@@ -31,7 +31,7 @@ from unreal_demo.core.minilm import embed
 from unreal_demo.evaluation.results import write_result
 from unreal_demo.evaluation.retrieval import metrics, sample_questions
 from unreal_demo.pipeline import Explorer
-from unreal_demo.retrieval.registry import contexts, query_vectors
+from unreal_demo.retrieval.unreal import contexts, query_vectors
 from unreal_demo.store.index import Index, compress_index, default_folder
 
 LOAD = """

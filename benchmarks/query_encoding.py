@@ -25,7 +25,8 @@ from unreal_demo.core.backbone import load_backbone
 from unreal_demo.core.head import QueryHead, untrained_head
 from unreal_demo.data.sources import load_squad
 from unreal_demo.pipeline import Explorer
-from unreal_demo.retrieval.registry import MemoryStore, contexts, query_vectors
+from unreal_demo.retrieval.registry import MemoryStore
+from unreal_demo.retrieval.unreal import contexts, query_vectors
 from unreal_demo.settings import DEFAULT_HEADS, DEFAULT_MODEL
 
 SETTINGS = {  # name → head overrides; the first is the shipped head's shape

@@ -63,7 +63,7 @@ def _servable(ix, explorer, methods: list[str], explicit: bool) -> list[str]:
             raise InputError(str(why)) from None
         print(f"note: {why}; hybrid-fusion left out", file=sys.stderr)
         methods = [m for m in methods if m != "hybrid-fusion"]
-    missing = ix.unsupported(methods)
+    missing = retrieval.unsupported(ix, methods)
     if not missing:
         return methods
     flags = " ".join(sorted(set(missing.values())))
@@ -133,13 +133,13 @@ def _eval(args: argparse.Namespace) -> None:
     if args.what == "qa":
         from tqdm import tqdm
 
-        from .evaluation.qa import METHODS as QA_METHODS
-        from .evaluation.qa import check_methods, run_qa_eval
+        from .evaluation.qa import BOUNDS, run_qa_eval
         from .pipeline import Explorer
         from .store import index
         from .store.qdrant import open_store
 
-        methods = check_methods(args.methods.split(",") if args.methods else list(QA_METHODS))
+        methods = retrieval.check(args.methods.split(",") if args.methods else [*BOUNDS, *retrieval.names("index")],
+                                  "index", BOUNDS)
         explorer = Explorer.load(args.model, head=args.head, require_head=True, dtype=args.dtype)
         ix = open_store(args.index or index.default_index(explorer))
         methods = _servable(ix, explorer, methods, bool(args.methods))
@@ -178,14 +178,15 @@ def _bench(args: argparse.Namespace) -> None:
     from tqdm import tqdm
 
     from .evaluation.longcontext import parse_lengths
-    from .evaluation.longcontext_run import check_methods, parse_shard, run_benchmark
+    from .evaluation.longcontext_run import parse_shard, run_benchmark
+    from .evaluation.qa import BOUNDS
     from .pipeline import Explorer
 
     try:
         lengths, ns = parse_lengths(args.lengths), [int(x) for x in args.n.split(",")]
     except ValueError as exc:
         raise InputError(f"--lengths/--n: {exc}") from None
-    methods = check_methods(args.methods.split(","))
+    methods = retrieval.check(args.methods.split(","), "document", BOUNDS)
     if bad := [n for n in ns if n < 1]:
         raise InputError(f"--n must be at least 1: {bad}")
     if args.sample < 1:

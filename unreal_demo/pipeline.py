@@ -228,11 +228,11 @@ class Explorer:
         chunks = chunks if chunks is not None else self.chunk(docs)
         timings = {"chunk": time.perf_counter() - t0}
         notices = []
-        if n > len(chunks) and method != "full":
+        if n > len(chunks) and METHODS[method].ranks:
             notices.append(f"n = {n}, but the text has only {len(chunks)} chunk{'s' * (len(chunks) != 1)}: "
                            "all of them are selected")
             n = len(chunks)
-        if method == "full":
+        if not METHODS[method].ranks:  # full context: every chunk
             return Ranking(method, chunks, None, list(range(len(chunks))), timings, notices)
         store = self.store(chunks)
         if METHODS[method].model:

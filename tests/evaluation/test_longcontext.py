@@ -13,10 +13,11 @@ from unreal_demo.evaluation import answers
 from unreal_demo.evaluation import longcontext_run as longcontext_eval
 from unreal_demo.evaluation.longcontext import Builder, Item, build_pool, gold_chunks, parse_lengths, split_passages
 from unreal_demo.evaluation.longcontext_report import markdown
-from unreal_demo.evaluation.longcontext_run import ContextEncoder, check_methods, run_longcontext, summarize
+from unreal_demo.evaluation.longcontext_run import ContextEncoder, run_longcontext, summarize
 from unreal_demo.evaluation.metrics import contained, exact_match, f1, normalize_answer
+from unreal_demo.evaluation.qa import BOUNDS
 from unreal_demo.pipeline import Explorer
-from unreal_demo.retrieval.registry import RetrievalError
+from unreal_demo.retrieval.registry import RetrievalError, check
 
 
 def words(texts):
@@ -234,8 +235,8 @@ class TestRun:
         assert gold_ids in generated and prompt_ids(explorer.backbone, [], items[0].question) in generated
         assert "Bound, oracle (gold paragraph alone) (1 questions)" in markdown(out["table"])
         with pytest.raises(RetrievalError):
-            check_methods(["bm25", "gold"])
-        assert check_methods(["none", "bm25", "none", ""]) == ["bm25", "none"]  # each once
+            check(["bm25", "gold"], "document", BOUNDS)
+        assert check(["none", "bm25", "none", ""], "document", BOUNDS) == ["none", "bm25"]  # each once
 
 
 def test_shards_are_checked_before_the_model_loads():

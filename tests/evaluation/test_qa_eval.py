@@ -9,6 +9,7 @@ from unreal_demo.core.head import untrained_head
 from unreal_demo.data.sources import Passage, Question
 from unreal_demo.evaluation import qa as qa_eval
 from unreal_demo.pipeline import Explorer
+from unreal_demo.retrieval.registry import names
 from unreal_demo.store import index as idx
 
 PASSAGES = [Passage(f"p{i}", f"Title {i}", f"Item {i} weighs {i * 3} kilograms. It is kept in room {i + 100}.",
@@ -29,11 +30,11 @@ def setup(tmp_path, tiny, monkeypatch):
 
 def test_every_method_sees_the_same_questions_and_prompt(setup):
     explorer, ix = setup
-    runs = {m: qa_eval.run_method(ix, explorer, m, QS, GOLD, k=3) for m in qa_eval.METHODS}
+    runs = {m: qa_eval.run_method(ix, explorer, m, QS, GOLD, k=3) for m in [*qa_eval.BOUNDS, *names("index")]}
     for m, r in runs.items():
         assert [x["id"] for x in r["rows"]] == [q.id for q in QS], m
     for j in range(len(QS)):
-        templates = {runs[m]["rows"][j]["template"] for m in qa_eval.METHODS if m != "none"}
+        templates = {runs[m]["rows"][j]["template"] for m in [*qa_eval.BOUNDS, *names("index")] if m != "none"}
         assert len(templates) == 1  # the prompts differ only in their passages
         assert runs["none"]["rows"][j]["prompt_tokens"] == len(prompt_ids(explorer.backbone, [], QS[j].text))
     for m in ("bm25", "dense", "sparse", "hybrid-rrf", "hybrid-fusion", "unreal"):

@@ -52,7 +52,7 @@ class TestLazyStore:
     def test_without_token_states_sparse_says_so(self):
         store = MemoryStore.lazy(TEXTS, Encoder(), keep_tokens=False)
         with pytest.raises(RetrievalError, match="token states"):
-            store.sparse_topk([torch.ones(2, 4)], 1)
+            store.token_parts  # noqa: B018
 
     def test_a_store_without_keys_says_unreal_needs_the_model(self):
         with pytest.raises(RetrievalError, match="needs the model"):
@@ -83,7 +83,8 @@ class TestContextSource:
 
     def test_head_source_takes_the_heads_own_top_chunk(self, tiny):
         from unreal_demo.core.encoding import encode_chunks
-        from unreal_demo.retrieval.registry import context_of, query_vectors
+        from unreal_demo.retrieval.registry import context_of
+        from unreal_demo.retrieval.unreal import query_vectors
 
         explorer = self._explorer(tiny, "head")
         store = MemoryStore(TEXTS, encode_chunks(tiny, TEXTS, 2, 2))
@@ -99,3 +100,22 @@ class TestContextSource:
 
         with pytest.raises(HeadError, match="C0 source"):
             self._explorer(tiny, "dense")
+
+
+def test_a_new_method_is_one_class_and_one_registry_line(monkeypatch):
+    """Adding a method = one Retriever subclass + one entry in METHODS; retrieve() and the checks find it."""
+    from unreal_demo.retrieval.base import Retrieval, Retriever
+    from unreal_demo.retrieval.registry import METHODS, names, retrieve
+
+    class Longest(Retriever):
+        name, label, help = "longest", "longest chunk", "the longest chunks first"
+
+        def search(self, store, queries, k, explorer=None, fusion_weight=None, vectors=None):
+            order = sorted(range(len(store)), key=lambda i: -len(store.texts[i]))[:k]
+            return Retrieval([order] * len(queries), [[float(len(store.texts[i])) for i in order]] * len(queries))
+
+    monkeypatch.setitem(METHODS, "longest", Longest())
+    store = MemoryStore(TEXTS)
+    found = retrieve(store, None, ["any question"], 2, "longest")
+    assert found.ids == [sorted(range(len(TEXTS)), key=lambda i: -len(TEXTS[i]))[:2]]
+    assert "longest" in names("index") and check(["longest"], "document") == ["longest"]

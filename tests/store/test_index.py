@@ -15,7 +15,7 @@ from unreal_demo.core.maxsim import maxsim_reference, normalize_chunks
 from unreal_demo.core.selection import reciprocal_rank_fusion
 from unreal_demo.data.sources import Passage
 from unreal_demo.pipeline import Explorer
-from unreal_demo.retrieval.registry import MemoryStore, RetrievalError, retrieve
+from unreal_demo.retrieval.registry import MemoryStore, RetrievalError, retrieve, unsupported
 from unreal_demo.store import index as idx
 
 PASSAGES = [Passage(f"p{i}", f"Title {i}", f"Passage {i} tells that item {i} weighs {i * 3} kilograms. " * (1 + i % 3),
@@ -120,7 +120,7 @@ def test_dense_and_sparse_methods_equal_brute_force(tmp_path, tiny, explorer):
     qt = sparse.query_token_states(tiny, queries, 3)
     ref = sparse.fuse(sparse.sparse_scores(qt, [(torch.cat(toks), torch.tensor([len(t) for t in toks]))]),
                       sparse.pooled_scores(qt, keys.half().float().mean(1)))
-    scores, ids = ix.sparse_topk(qt, k=4)
+    scores, ids = sparse.SparseRetriever().top(ix, qt, k=4)
     assert torch.allclose(scores, ref.topk(4).values, atol=1e-3)
     ids_d = retrieve(ix, explorer, queries, k=3, method="dense").ids
     ref_d = (dense.embed(queries) @ dense.embed(texts).T).topk(3).indices
@@ -248,7 +248,7 @@ def test_methods_an_index_cannot_serve_are_known_before_any_work(tmp_path, tiny,
 
     build(tmp_path, tiny, dense=False)
     ix = idx.Index(tmp_path / "ix")
-    assert ix.unsupported(["unreal", "bm25", "sparse", "dense"]) == {"sparse": "--token-states", "dense": "--dense"}
+    assert unsupported(ix, ["unreal", "bm25", "sparse", "dense"]) == {"sparse": "--token-states", "dense": "--dense"}
     explorer = SimpleNamespace(head=SimpleNamespace(config=SimpleNamespace(fusion_weight=None)), head_source="h.json")
     assert _servable(ix, explorer, ["bm25", "sparse", "unreal"], explicit=False) == ["bm25", "unreal"]
     assert "no data for sparse" in capsys.readouterr().err

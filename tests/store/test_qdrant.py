@@ -17,7 +17,7 @@ from unreal_demo.core.head import untrained_head
 from unreal_demo.core.maxsim import maxsim_reference, normalize_chunks
 from unreal_demo.data.sources import Passage
 from unreal_demo.pipeline import Explorer
-from unreal_demo.retrieval.registry import retrieve
+from unreal_demo.retrieval.registry import retrieve, unsupported
 from unreal_demo.store import index as idx
 from unreal_demo.store import qdrant
 
@@ -139,7 +139,7 @@ def test_export_round_trip_add_and_delete(tmp_path, tiny, explorer, spec):
     assert qdrant.export_index(ix, spec)["chunks"] == len(ix)  # resumes: every point present, nothing added
     q = torch.nn.functional.normalize(torch.randn(2, 2, 32, generator=torch.Generator().manual_seed(4)), dim=-1)
     with qdrant.QdrantStore(spec) as store:
-        assert store.texts == ix.texts and set(store.unsupported(["dense", "sparse", "unreal"])) == {"dense", "sparse"}
+        assert store.texts == ix.texts and set(unsupported(store, ["dense", "sparse", "unreal"])) == {"dense", "sparse"}
         ref_s, ref_i = ix.maxsim_topk(q, 10)
         scores, ids = store.maxsim_topk(q, 10)
         assert torch.equal(ids, ref_i) and torch.allclose(scores, ref_s, atol=1e-5)

@@ -127,7 +127,7 @@ def run_longcontext(explorer, builder: Builder, lengths: Sequence[int], ns: Sequ
     long run can be written as it goes. ``cpu_seconds`` gives each length's process CPU time. ``shard``
     ``(k, N)`` runs only the k-th of every N questions (k from 1): N processes sharing the answer cache split a
     run, and one run without a shard then assembles the whole result from the cache."""
-    methods = check_methods(methods)
+    methods = check(methods, "document", BOUNDS)
     backbone, head = explorer.backbone, explorer.head
     encoder = ContextEncoder(builder, backbone, head)
     answers = answers or answer_cache("longcontext")
@@ -181,14 +181,6 @@ def run_longcontext(explorer, builder: Builder, lengths: Sequence[int], ns: Sequ
     if progress is not None:
         progress(1.0, "done")
     return so_far()
-
-
-def check_methods(methods: Sequence[str]) -> list[str]:
-    """Canonical names, each once: document-scope retrievers and ``full`` (:func:`registry.check`), and the two
-    bounds (``none``, ``oracle``)."""
-    bounds = [m.strip() for m in methods if m.strip() in BOUNDS]
-    rest = [m for m in methods if m.strip() and m.strip() not in BOUNDS]
-    return list(dict.fromkeys((check(rest, "document") if rest or not bounds else []) + bounds))
 
 
 def _answer(backbone, answers: AnswerCache, item, texts: list[str], chosen: list[int], gold: set[int]) -> dict:

@@ -31,7 +31,7 @@ from ..core.generation import ANSWER_RULE, DEFAULT_PROMPT, PROMPTS, prompt_ids
 from ..data.sources import Question
 from ..errors import UserError
 from ..retrieval.registry import METHODS as RETRIEVERS
-from ..retrieval.registry import canonical, names, retrieve
+from ..retrieval.registry import check, names, retrieve
 from ..settings import cache_dir
 from ..store.index import Index
 from .answers import AnswerCache, answer_cache, keeps
@@ -40,18 +40,8 @@ from .results import write_result
 from .retrieval import mean_ci, sample_questions, wilson
 
 BOUNDS = {"none": "no context (question alone)", "oracle": "oracle (gold paragraph alone)"}
-METHODS = (*BOUNDS, *names("index"))
 LABELS = BOUNDS | {m: RETRIEVERS[m].label for m in names("index")}
 PLACEHOLDER = "\x00PASSAGES\x00"
-
-
-def check_methods(methods: Sequence[str]) -> list[str]:
-    """Registry names of the QA rows asked for (the two bounds and every index retriever)."""
-    out = [canonical(m) for m in methods]
-    bad = [m for m in out if m not in METHODS]
-    if bad:
-        raise UserError(f"unknown method {', '.join(bad)}; use {', '.join(METHODS)}")
-    return out
 
 
 def gap_closed(score: float, none: float, oracle: float) -> float | None:
@@ -90,7 +80,7 @@ def run_method(index: Index, explorer, method: str, qs: Sequence[Question], gold
                k: int = 5, answers: AnswerCache | None = None,
                progress: Callable[[int, int], None] | None = None) -> dict:
     """Per-question rows (chunks, answer, EM, F1, contained, recall, template hash) of one method."""
-    (method,) = check_methods([method])
+    (method,) = check([method], "index", BOUNDS)
     k = 0 if method in BOUNDS else k  # the bounds do not retrieve
     path = cache_dir() / "qa" / f"{method}-{_key(index, explorer, method, qs, k)}.json"
     if path.exists():
@@ -169,11 +159,12 @@ def _label(run: dict) -> str:
     return run["method"] if run["method"] in BOUNDS else f"{run['method']}@{run['k']}"
 
 
-def run_qa_eval(explorer, index: Index, sample: int = 100, methods: Sequence[str] = METHODS,
+def run_qa_eval(explorer, index: Index, sample: int = 100, methods: Sequence[str] | None = None,
                 ks: Sequence[int] = (5,), seed: int = 0, out: str | Path | None = None,
                 progress: Callable[[str, int, int], None] | None = None) -> dict:
-    """Every method at every k on the same questions (the bounds once); the summary table as a dict."""
-    methods = check_methods(methods)
+    """Every method at every k on the same questions (the bounds once; default the bounds and every index
+    retriever); the summary table as a dict."""
+    methods = check(methods or [*BOUNDS, *names("index")], "index", BOUNDS)
     if not ks or min(ks) < 1:
         raise UserError(f"k must be at least 1 (got {', '.join(map(str, ks)) or 'none'})")
     index.check_backbone(explorer.backbone, explorer.head.config.chunk_layer)

@@ -18,11 +18,18 @@ tensor([[1.0000, 0.6001]])
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 
 from ..core.backbone import Backbone
 from ..core.encoding import query_states
+from .base import Retrieval, Retriever, timed, topk
+from .unreal import check_model
+
+K = 64  # stored tokens each query token retrieves
+ALPHA = 0.5  # weight of the pooled (whole-chunk) cosine in the fusion
+QUERY_BATCH = 128  # queries scored at a time (memory stays bounded)
 
 
 def query_token_states(backbone: Backbone, queries: Sequence[str], layer: int) -> list[torch.Tensor]:
@@ -39,7 +46,7 @@ def _owners(token_parts: Sequence[tuple[torch.Tensor, torch.Tensor]]) -> torch.T
 def sparse_scores(
     queries: Sequence[torch.Tensor],
     token_parts: Sequence[tuple[torch.Tensor, torch.Tensor]],
-    k: int = 64,
+    k: int = K,
     block: int = 16384,
 ) -> torch.Tensor:
     """Sparse token-matching scores ``(Q, M)`` (without the pooled fusion).
@@ -84,7 +91,7 @@ def _top_tokens(qall: torch.Tensor, token_parts: Sequence[tuple[torch.Tensor, to
 
 @torch.inference_mode()
 def retrieved_tokens(query: torch.Tensor, token_parts: Sequence[tuple[torch.Tensor, torch.Tensor]],
-                     k: int = 64) -> dict[int, list[tuple[int, float, int]]]:
+                     k: int = K) -> dict[int, list[tuple[int, float, int]]]:
     """The evidence the sparse score counts: per question token and chunk, the best stored token it retrieved.
 
     Parameters
@@ -136,6 +143,30 @@ def pooled_scores(queries: Sequence[torch.Tensor], chunk_means: torch.Tensor) ->
     return q @ torch.nn.functional.normalize(chunk_means.float(), dim=-1).T
 
 
-def fuse(sparse: torch.Tensor, pooled: torch.Tensor, alpha: float = 0.5) -> torch.Tensor:
+def fuse(sparse: torch.Tensor, pooled: torch.Tensor, alpha: float = ALPHA) -> torch.Tensor:
     """Local–global fusion ``(1 − α)·sparse + α·pooled``."""
     return (1 - alpha) * sparse + alpha * pooled
+
+
+class SparseRetriever(Retriever):
+    """Sparse token matching over the store's token states, fused with the pooled cosine (the module docstring)."""
+
+    name, label = "sparse", f"sparse token matching (k={K}, α={ALPHA})"
+    help = "the sibling paper's token matching at block ℓc"
+    model, needs = True, ("keys", "token_states")
+
+    def top(self, store: Any, query_tokens: Sequence[torch.Tensor], k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Fused scores and chunk ids ``(Q, k)``, best first, of queries given as normalised token states."""
+        parts = store.token_parts
+        local = torch.cat([sparse_scores(query_tokens[s : s + QUERY_BATCH], parts)
+                           for s in range(0, len(query_tokens), QUERY_BATCH)])  # (Q, M)
+        return topk(fuse(local, pooled_scores(query_tokens, store.chunk_means())), k)
+
+    def search(self, store: Any, queries: Sequence[str], k: int, explorer: Any = None,
+               fusion_weight: float | None = None, vectors: torch.Tensor | None = None) -> Retrieval:
+        check_model(store, explorer, self.name)
+        timings: dict[str, float] = {}
+        qt = timed(timings, "query_encoding",
+                   lambda: query_token_states(explorer.backbone, queries, explorer.head.config.chunk_layer))
+        scores, ids = timed(timings, "scan", lambda: self.top(store, qt, k))
+        return Retrieval(ids.tolist(), scores.tolist(), timings)

@@ -479,18 +479,16 @@ class Index:
         """``(L_p, d)`` of every stored chunk."""
         return self.manifest["n_pool"], self.manifest["hidden_size"]
 
-    NEEDS = {"sparse": ("token_states", "--token-states"), "dense": ("dense", "--dense")}
+    ROLES = {"token_states": "--token-states", "dense": "--dense"}  # optional data: the build flag that keeps it
 
-    def unsupported(self, methods: Sequence[str]) -> dict[str, str]:
-        """The methods among ``methods`` this index cannot serve, each with the build flag it lacks."""
-        return {m: flag for m in methods if m in self.NEEDS and not self.manifest.get(self.NEEDS[m][0])
-                for flag in [self.NEEDS[m][1]]}
+    def lacks(self, role: str) -> str | None:
+        """The build flag this index lacks for ``role`` (``keys``, ``dense``, ``token_states``), or None."""
+        return self.ROLES[role] if role in self.ROLES and not self.manifest.get(role) else None
 
-    def _need(self, method: str) -> None:
-        role, flag = self.NEEDS[method]
-        if not self.manifest.get(role):
+    def _need(self, role: str) -> None:
+        if self.lacks(role):
             raise IndexStoreError(f"{self.folder} was built without {role.replace('_', ' ')}; "
-                                  f"rebuild it with `index build {flag}` to use this method")
+                                  f"rebuild it with `index build {self.ROLES[role]}` to use this method")
 
     def dense_topk(self, qv: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Cosine of MiniLM query embeddings ``(B, 384)`` with the stored chunk embeddings, top-k."""
@@ -498,18 +496,15 @@ class Index:
 
         return self._stream_topk(k, qv.shape[0], lambda sh: qv @ torch.from_numpy(self.dense_vectors(sh)).T)
 
-    def sparse_topk(self, query_tokens: Sequence[torch.Tensor], k: int,
-                    alpha: float = 0.5) -> tuple[torch.Tensor, torch.Tensor]:
-        """Sparse token matching (:mod:`sparse`, k = 64 tokens per query token) over every stored token,
-        fused with the pooled cosine at weight ``alpha``; top-k chunks."""
-        from ..retrieval import sparse
+    @property
+    def token_parts(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Every chunk's normalised token states ``(tokens (N_p, d), lengths (m_p,))`` per shard (sparse)."""
+        self._need("token_states")
+        return [(torch.from_numpy(sh["tokens"]), torch.from_numpy(sh["lengths"])) for sh in self.shards]
 
-        self._need("sparse")
-        parts = [(torch.from_numpy(sh["tokens"]), torch.from_numpy(sh["lengths"])) for sh in self.shards]
-        local = sparse.sparse_scores(query_tokens, parts)  # (B, M)
-        means = torch.cat([self.vectors(sh).mean(1) for sh in self.shards])  # (M, d)
-        fused = sparse.fuse(local, sparse.pooled_scores(query_tokens, means), alpha)
-        return torch.topk(fused, min(k, len(self)), dim=1)
+    def chunk_means(self) -> torch.Tensor:
+        """Each chunk's mean pooled state ``(M, d)`` (dequantised or decoded as the scan reads them)."""
+        return torch.cat([self.vectors(sh).mean(1) for sh in self.shards])
 
 
 def sharded_maxsim_topk(index: Index, q: torch.Tensor, k: int, normalize: bool = True) -> tuple[torch.Tensor,

@@ -2,8 +2,8 @@
 and payload filters.
 
 A :class:`QdrantStore` answers the calls :func:`retrieval.registry.retrieve` makes of an :class:`index.Index`
-(``bm25_scores / bm25_topk / maxsim_topk / dense_topk / sparse_topk``, ``texts``, ``chunks``, ``check_backbone``,
-``unsupported``, ``len``), so UNREAL, BM25, dense and the hybrids run over it unchanged. Each point holds
+(``bm25_scores / bm25_topk / maxsim_topk / dense_topk``, ``texts``, ``chunks``, ``check_backbone``, ``lacks``,
+``len``), so UNREAL, BM25, dense and the hybrids run over it unchanged. Each point holds
 
 - ``keys``: the chunk's L_p pooled vectors k_{i,1..L_p} at ℓc (Eq. 1), L2-normalised, as a multi-vector with Qdrant's
   MaxSim comparator and dot product, so that Qdrant's score Σ_g max_p ⟨q_g, k_{i,p}⟩ is Eq. 4 as
@@ -340,8 +340,6 @@ class QdrantStore:
         An unreadable store string, no store there, or a server that cannot be reached.
     """
 
-    NEEDS = {"sparse": "--token-states (not kept in a Qdrant store: search the index folder)", "dense": "--dense"}
-
     def __init__(self, spec: str, ef: int | None = None, where: Where | None = None) -> None:
         self.spec, self.ef, self.where = spec, ef, where
         self._db = _backend(spec)
@@ -420,9 +418,11 @@ class QdrantStore:
             raise IndexStoreError(f"store built with {m['model']} ({m['revision']}) at ℓc={m['chunk_layer']}; "
                                   f"the loaded model is {backbone.name} ({backbone.revision}) with ℓc={layer}")
 
-    def unsupported(self, methods: Sequence[str]) -> dict[str, str]:
-        """The methods among ``methods`` this store cannot serve, each with what it lacks."""
-        return {m: self.NEEDS[m] for m in methods if m == "sparse" or (m == "dense" and not self._meta["dense"])}
+    def lacks(self, role: str) -> str | None:
+        """What this store lacks for ``role`` (``keys``, ``dense``, ``token_states``), or None when it serves it."""
+        if role == "token_states":
+            return "--token-states (not kept in a Qdrant store: search the index folder)"
+        return "--dense" if role == "dense" and not self._meta["dense"] else None
 
     def bm25_scores(self, queries: Sequence[str]) -> torch.Tensor:
         """BM25 score of every chunk, ``(Q, M)`` (bm25s over the chunk texts, built in memory on first use)."""
@@ -476,10 +476,14 @@ class QdrantStore:
             raise IndexStoreError(f"{self._db.where} holds no MiniLM vectors (its index was built without --dense)")
         return self._topk(DENSE, qv.float().tolist(), k)
 
-    def sparse_topk(self, query_tokens: Sequence[torch.Tensor], k: int,
-                    alpha: float = 0.5) -> tuple[torch.Tensor, torch.Tensor]:
+    @property
+    def token_parts(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """Not served: a Qdrant store keeps no token states."""
         raise IndexStoreError("a Qdrant store keeps no token states; search sparse on the index folder")
+
+    def chunk_means(self) -> torch.Tensor:
+        """Each chunk's mean pooled (L2-normalised) key ``(M, d)``, read from Qdrant."""
+        return self.chunk_vectors(range(len(self))).mean(1)
 
     def chunk_vectors(self, ids: Sequence[int]) -> torch.Tensor:
         """The stored (L2-normalised) keys ``(k, L_p, d)`` float32 of the chunks at positions ``ids``."""

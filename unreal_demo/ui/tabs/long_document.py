@@ -27,7 +27,7 @@ from ..gpu import on_gpu
 from ..wiring import Once, Ready
 
 MAX_UPLOAD_BYTES = 8 * MAX_CHARS // 2
-COMPARED = ("unreal", "bm25", "dense", "sparse")
+COMPARED = names("document", single=True)  # unreal, bm25, dense, sparse
 SELECTED_COLUMNS = ["chunk", "doc", "tokens", "score", "text"]
 TIMING_COLUMNS = ["method", "prompt tokens", "encode s", "retrieval s", "prefill s", "time to first token s"]
 COMPARE_COLUMNS = ["chunk", "selected by", *(f"{m} rank" for m in COMPARED), "text"]
