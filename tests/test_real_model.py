@@ -58,6 +58,7 @@ def test_shipped_index_answers_without_a_build(explorer):
     New-Wiki paragraph among its 20,354 chunks."""
     from unreal_demo.core.codec import DENSE_CODECS, LOSSY
     from unreal_demo.data.sources import load_squad
+    from unreal_demo.retrieval.hits import search
     from unreal_demo.store import index as ix
 
     shipped = ix.shipped_folder(explorer, "all")
@@ -66,8 +67,8 @@ def test_shipped_index_answers_without_a_build(explorer):
     index = ix.Index(shipped)  # verifies every shard and the codec file
     passages, questions = load_squad("new_wiki")
     q = next(q for q in questions if q.passage_id == passages[100].id)
-    hits = ix.search(index, explorer, q.text, 10, "unreal")["hits"]
-    bm25 = ix.search(index, explorer, q.text, 10, "bm25")["hits"]
+    hits = search(index, explorer, q.text, 10, "unreal")["hits"]
+    bm25 = search(index, explorer, q.text, 10, "bm25")["hits"]
     assert len(hits) == 10 and any(h["passage"] == q.passage_id for h in hits + bm25)
     assert index.manifest["dtype"] in LOSSY and index.manifest["chunks"] == 20_354
     assert index.manifest.get("dense_dtype") in (None, *DENSE_CODECS)

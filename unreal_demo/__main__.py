@@ -243,6 +243,7 @@ def _flops(args: argparse.Namespace) -> None:
 
 def _index(args: argparse.Namespace) -> None:
     from .pipeline import Explorer
+    from .retrieval.hits import search
     from .store import index
 
     if args.action == "search" and (not args.query or not args.query.strip()):
@@ -289,7 +290,7 @@ def _index(args: argparse.Namespace) -> None:
             print(json.dumps(summary | {"shards": len(manifest["shards"])}))
         return
     explorer = Explorer.load(args.model, head=args.head)
-    _print_hits(index.search(index.Index(args.index or index.default_index(explorer)), explorer, args.query, args.k,
+    _print_hits(search(index.Index(args.index or index.default_index(explorer)), explorer, args.query, args.k,
                              args.method), args.json)
 
 
@@ -298,6 +299,7 @@ def _qdrant(args: argparse.Namespace) -> None:
     from tqdm import tqdm
 
     from .pipeline import Explorer
+    from .retrieval.hits import search
     from .store import index, qdrant
 
     where = qdrant.Where.parse(args.where or [])  # every flag is checked before a model or a store opens
@@ -338,7 +340,7 @@ def _qdrant(args: argparse.Namespace) -> None:
                     setattr(bar, "total", t), bar.update(d - bar.n)))
             print(json.dumps({"added_chunks": len(added), "passages": len(passages), "chunks": len(store)}))
             return
-        _print_hits(index.search(store, Explorer.load(args.model, head=args.head), args.query, args.k, args.method),
+        _print_hits(search(store, Explorer.load(args.model, head=args.head), args.query, args.k, args.method),
                     args.json)
 
 

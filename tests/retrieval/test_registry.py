@@ -119,3 +119,10 @@ def test_a_new_method_is_one_class_and_one_registry_line(monkeypatch):
     found = retrieve(store, None, ["any question"], 2, "longest")
     assert found.ids == [sorted(range(len(TEXTS)), key=lambda i: -len(TEXTS[i]))[:2]]
     assert "longest" in names("index") and check(["longest"], "document") == ["longest"]
+
+
+def test_the_memory_store_is_a_chunk_store():
+    from unreal_demo.store.base import ChunkStore
+
+    keys, tokens = torch.ones(3, 2, 4), [(torch.ones(6, 4), torch.tensor([2, 2, 2]))]
+    assert isinstance(MemoryStore(TEXTS, keys, tokens), ChunkStore)  # (the check reads every member)

@@ -15,6 +15,7 @@ from unreal_demo.core.maxsim import maxsim_reference, normalize_chunks
 from unreal_demo.core.selection import reciprocal_rank_fusion
 from unreal_demo.data.sources import Passage
 from unreal_demo.pipeline import Explorer
+from unreal_demo.retrieval.hits import search
 from unreal_demo.retrieval.registry import MemoryStore, RetrievalError, retrieve, unsupported
 from unreal_demo.store import index as idx
 
@@ -42,12 +43,12 @@ def test_search_equals_brute_force(tmp_path, tiny, explorer):
     scores, ids = ix.maxsim_topk(q, k=50, block=3)  # k > number of chunks: clamped
     assert ids.shape == (2, len(texts))
     assert torch.allclose(scores, ref.sort(dim=1, descending=True).values, atol=1e-4)
-    hit = idx.search(ix, explorer, "item 7 weighs", k=3, method="unreal")
+    hit = search(ix, explorer, "item 7 weighs", k=3, method="unreal")
     assert [h["rank"] for h in hit["hits"]] == [1, 2, 3] and set(hit["timings"]) >= {"query_encoding", "scan"}
     for h in hit["hits"]:  # Eq. 4 from the evidence view's G × L_p similarities: Σ_g max_p ⟨q_g, k_p⟩
         assert len(h["group_sims"]) == 2 and len(h["group_sims"][0]) == 7
         assert sum(max(row) for row in h["group_sims"]) == pytest.approx(h["score"], abs=1e-3)
-    assert "group_sims" not in idx.search(ix, explorer, "item 7 weighs", k=3, method="bm25")["hits"][0]
+    assert "group_sims" not in search(ix, explorer, "item 7 weighs", k=3, method="bm25")["hits"][0]
     pair = torch.stack([ix.vectors(ix.shards[1])[1], ix.vectors(ix.shards[0])[0]])  # chunks 6 and 0 (5 per shard)
     assert torch.equal(ix.chunk_vectors([6, 0]), pair) and ix.chunk_vectors([]).shape == (0, 7, 32)
 

@@ -547,32 +547,3 @@ def default_index(explorer, corpus: str = "all") -> Path:
     if not (built / "manifest.json").exists() and (shipped / "manifest.json").exists():
         return shipped
     return built
-
-
-def search(index: Index, explorer, query: str, k: int = 10, method: str = "unreal") -> dict:
-    """Top-``k`` chunks for one query (:func:`retrieval.retrieve`): rank, chunk id, passage id, title, score
-    and text per hit, with timings split into BM25, query encoding and scan.
-
-    For the methods that use the head's query vectors (unreal, the hybrids) each hit also carries
-    ``group_sims``: the ``G × L_p`` similarities ⟨q_g, k_{i,p}⟩ of Eq. 4 (summing each row's maximum over g
-    gives the chunk's MaxSim score), which the evidence view shades its pooled spans by.
-    """
-    from ..core.maxsim import normalize_chunks
-    from ..retrieval.registry import canonical, retrieve
-
-    method = canonical(method)
-    found = retrieve(index, explorer, [query], k, method)
-    ids, scores, timings = found.ids, found.scores, found.timings
-    chunks = index.chunks
-    hits = [{"rank": r + 1, "id": i, "passage": chunks[i]["passage"], "title": chunks[i]["title"],
-             "score": round(float(s), 6), "text": chunks[i]["text"]}
-            for r, (i, s) in enumerate(zip(ids[0], scores[0], strict=True))]
-    if found.query_vectors is not None and hits:
-        keys = index.chunk_vectors([h["id"] for h in hits])  # (k, L_p, d)
-        if explorer.head.config.normalize:
-            keys = normalize_chunks(keys)
-        sims = torch.einsum("gd,kpd->kgp", found.query_vectors[0].float(), keys)  # (k, G, L_p)
-        for h, s in zip(hits, sims, strict=True):
-            h["group_sims"] = [[round(v, 5) for v in row] for row in s.tolist()]
-    return {"query": query, "method": method, "timings": {k_: round(v, 5) for k_, v in timings.items()},
-            "hits": hits}

@@ -122,7 +122,7 @@ def evidence_html(explorer: Explorer, ranking: Ranking, question: str, ranks: di
 
 def hits_html(explorer: Explorer, hits: Sequence[dict], query: str, n_pool: int, max_tokens: int,
               copied: Spans | None = None) -> str:
-    """Cards for index hits (:func:`store.index.search`), best first; UNREAL spans where a hit has ``group_sims``.
+    """Cards for index hits (:func:`retrieval.hits.search`), best first; UNREAL spans where a hit has ``group_sims``.
 
     ``n_pool`` and ``max_tokens`` are the index's L_p and the token cut its chunks were encoded with; ``copied``
     (by position in ``hits``) the words an answer copies from each hit.

@@ -21,6 +21,7 @@ from ...evaluation.longcontext_report import qa_table
 from ...evaluation.qa import BOUNDS
 from ...evaluation.results import head_mismatch, made_by
 from ...pipeline import Explorer, Loading, check_n
+from ...retrieval.hits import search
 from ...retrieval.registry import names
 from ...settings import MAX_TOKENS, PRECOMPUTED, TOKENS_PER_S, display_path
 from ...store import index as ix
@@ -216,8 +217,8 @@ def build_tab(loader: Loading) -> Ready:
         except ix.IndexStoreError:
             raise gr.Error(f"no index for {name} yet: press 'Build or load index' to build it") from None
         try:
-            result = ix.search(index, loader.get(), q, k_, m)
-            bm25 = ix.search(index, loader.get(), q, 100, "bm25")
+            result = search(index, loader.get(), q, k_, m)
+            bm25 = search(index, loader.get(), q, 100, "bm25")
         except UserError as exc:
             raise gr.Error(str(exc)) from None
         bm25_rank = {h["id"]: h["rank"] for h in bm25["hits"]}

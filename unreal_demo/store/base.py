@@ -1,0 +1,50 @@
+"""What every chunk store offers the retrievers (:mod:`retrieval`): a :class:`ChunkStore`.
+
+A store holds data and scans it; it knows no method names. :class:`retrieval.registry.MemoryStore` (a document or a
+corpus in memory), :class:`index.Index` (the sharded on-disk index) and :class:`qdrant.QdrantStore` implement it.
+A retriever asks :meth:`ChunkStore.lacks` for the data it needs (``keys``, ``dense``, ``token_states``) before it
+reads it; reading data a store does not keep raises the store's own :class:`errors.UserError`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
+
+import torch
+
+
+@runtime_checkable
+class ChunkStore(Protocol):
+    """Chunks, their data, and the one streamed exact scan (MaxSim, Eq. 4)."""
+
+    texts: list[str]
+
+    def __len__(self) -> int:
+        """The number of chunks M."""
+
+    def lacks(self, role: str) -> str | None:
+        """What the store lacks for ``role`` (``keys``, ``dense``, ``token_states``), e.g. a build flag; None when
+        it keeps that data."""
+
+    def check_backbone(self, backbone, layer: int) -> None:
+        """Raise unless the store's keys come from this model and ℓc."""
+
+    def bm25_scores(self, queries: Sequence[str]) -> torch.Tensor:
+        """BM25 score of every chunk ``(Q, M)`` (:class:`core.selection.BM25` over the chunk texts)."""
+
+    def bm25_topk(self, queries: Sequence[str], k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """BM25 scores and chunk ids ``(Q, k)``, best first."""
+
+    def maxsim_topk(self, q: torch.Tensor, k: int, normalize: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+        """Exact MaxSim (Eq. 4) of query vectors ``(Q, G, d)`` over every chunk, streamed; scores and ids ``(Q, k)``."""
+
+    def dense_topk(self, qv: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Dot product of unit MiniLM query vectors ``(Q, 384)`` with the chunks' stored ones; top-k."""
+
+    @property
+    def token_parts(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Every chunk's normalised token states at ℓc ``(tokens (N_p, d), lengths (m_p,))`` per part."""
+
+    def chunk_means(self) -> torch.Tensor:
+        """Each chunk's mean pooled state ``(M, d)``."""
