@@ -173,9 +173,18 @@ class Variant:
 
 def run_variants(head, train: list[StateSet], dev: list[StateSet], test: StateSet, keys: torch.Tensor,
                  usable: torch.Tensor, train_mask: torch.Tensor, variants: list[Variant],
-                 log=print) -> tuple[list[dict], dict]:
+                 log=print, keep=None) -> tuple[list[dict], dict]:
     """Train each variant, score it on the dev sets (over the usable chunks) and the New-Wiki test set (over
-    the whole index). Returns the rows (the starting head first) and the trained heads by label."""
+    the whole index). Returns the rows (the starting head first) and the trained heads by label.
+
+    ``keep``: a folder where each finished variant's head and row are written; a variant found there is loaded,
+    not trained again, so a killed grid resumes after its last finished variant."""
+    import hashlib
+    import json
+    from pathlib import Path
+
+    from ..core.head import QueryHead
+
     dev_keys = keys[usable]
     remap = torch.full((len(keys),), -1, dtype=torch.long)
     remap[usable] = torch.arange(int(usable.sum()))
@@ -196,24 +205,36 @@ def run_variants(head, train: list[StateSet], dev: list[StateSet], test: StateSe
     rows, heads = [row("shipped head (no adapter)", head, {})], {}
     log(rows[-1])
     for v in variants:
+        slot = None
+        if keep is not None:
+            key = json.dumps([v.label, v.sources, asdict(v.cfg), head.digest()], sort_keys=True)
+            slot = Path(keep) / hashlib.sha1(key.encode()).hexdigest()[:16]
+        if slot is not None and (slot / "row.json").exists():
+            rows.append(json.loads((slot / "row.json").read_text()))
+            heads[v.label] = QueryHead.load(slot / "head")
+            log(rows[-1])
+            continue
         t0 = time.time()
         sets = [s for s in train_local if s.name in v.sources]
         model, history = fit_states(head, sets, dev_local, dev_keys, v.cfg, train_mask[usable])
         best = max(history, key=lambda r: (r["mean R@1"], r["mean R@10"]))
         rows.append(row(v.label, model, {"sources": "+".join(v.sources), "settings": asdict(v.cfg),
                                          "best step": best["step"], "steps run": history[-1]["step"],
-                                         "seconds": round(time.time() - t0, 1)}))
+                                         "seconds": round(time.time() - t0, 1), "log": history}))
         heads[v.label] = model
+        if slot is not None:
+            model.save(slot / "head")
+            (slot / "row.json").write_text(json.dumps(rows[-1]))
         log(rows[-1])
     return rows, heads
 
 
 GRID = {  # label → (train sets, overrides of StateTrainConfig): what the dev split decides, at equal budget
     "α alone, mix": (("nq", "tqa", "squad"), {"rank": 0}),
-    "r = 16, mix": (("nq", "tqa", "squad"), {"rank": 16}),
     "r = 64, mix": (("nq", "tqa", "squad"), {"rank": 64}),
-    "r = 256, mix": (("nq", "tqa", "squad"), {"rank": 256}),
     "full d × d, mix": (("nq", "tqa", "squad"), {"rank": -1}),
+    "r = 16, mix": (("nq", "tqa", "squad"), {"rank": 16}),
+    "r = 256, mix": (("nq", "tqa", "squad"), {"rank": 256}),
     "r = 64, mix, cleaner positives (BM25 rank ≤ 3)": (("nq@3", "tqa@3", "squad"), {"rank": 64}),
     "r = 64, natural only": (("nq", "tqa"), {"rank": 64}),
     "r = 64, SQuAD only": (("squad",), {"rank": 64}),
@@ -249,7 +270,8 @@ def run(head_path: str, n_context: int | None = None, labels: list[str] | None =
     variants = [Variant(label, sources, StateTrainConfig(**({"steps": steps} | o | (
         {"rank": d} if o.get("rank") == -1 else {})))) for label, (sources, o) in GRID.items()
         if labels is None or label in labels]
-    rows, heads = run_variants(head, train_s, dev_s, test_s, keys, usable, train_mask, variants)
+    rows, heads = run_variants(head, train_s, dev_s, test_s, keys, usable, train_mask, variants,
+                               keep=cache_dir() / "adapter_variants")
     base = {"BM25": bm25_recall, "dense MiniLM": dense_recall}
     reference = []
     for name, fn in base.items():
