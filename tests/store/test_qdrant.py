@@ -17,6 +17,7 @@ from unreal_demo.core.head import untrained_head
 from unreal_demo.core.maxsim import maxsim_reference, normalize_chunks
 from unreal_demo.data.sources import Passage
 from unreal_demo.pipeline import Explorer
+from unreal_demo.retrieval.hits import search
 from unreal_demo.retrieval.registry import retrieve, unsupported
 from unreal_demo.store import index as idx
 from unreal_demo.store import qdrant
@@ -146,7 +147,7 @@ def test_export_round_trip_add_and_delete(tmp_path, tiny, explorer, spec):
         for method in ("unreal", "bm25", "hybrid-rrf"):  # the one query path, unchanged, over both stores
             ours, theirs = (retrieve(s, explorer, ["item 7 weighs", "item 12"], 5, method) for s in (ix, store))
             assert ours.ids == theirs.ids and np.allclose(ours.scores, theirs.scores, atol=1e-5)
-        hit = idx.search(store, explorer, "item 7 weighs", k=3)
+        hit = search(store, explorer, "item 7 weighs", k=3)
         assert sum(max(row) for row in hit["hits"][0]["group_sims"]) == pytest.approx(hit["hits"][0]["score"], abs=1e-4)
 
         new = Passage("zz", "Zanzibar", "Zanzibar exports cloves and nutmeg to every harbour.", "added")
