@@ -135,7 +135,7 @@ def test_the_first_view_shows_the_worked_example(page, shots):
                                             timeout=60_000)
     assert needle["question"] in banner.inner_text() and "tiny-llama" in banner.inner_text()
     assert tab.get_by_label("Question", exact=True).input_value() == needle["question"]
-    answer = page.get_by_label(ANSWER_LABEL)
+    answer = tab.get_by_label(ANSWER_LABEL)
     page.wait_for_function("el => el.value.length > 0", arg=answer.element_handle(), timeout=30_000)
     assert tab.locator("#unreal-answer-check").get_by_text("Written by").count() == 1
     assert page.locator(".unreal-card").count() == 5  # the n = 5 selected chunks, shaded
@@ -154,7 +154,7 @@ def test_long_document_one_method(page, shots):
     page.get_by_role("button", name="Select evidence and answer").click()
     # the worked example's cards, answer and downloads are on the page already: wait for this run's own
     page.locator(".unreal-card u").filter(has_text="zebra").first.wait_for(timeout=60_000)  # (downloads cleared)
-    answer = page.get_by_label(ANSWER_LABEL)
+    answer = tab.get_by_label(ANSWER_LABEL)
     page.wait_for_function("el => el.value.length > 0", arg=answer.element_handle(), timeout=60_000)
     page.locator(".js-plotly-plot .bars path").first.wait_for(state="attached", timeout=60_000)
     assert page.locator(".js-plotly-plot .bars path").count() > 10  # one bar per chunk
@@ -174,7 +174,7 @@ def test_a_hard_wrapped_answer_is_whole(page):
     tab.get_by_label("Question", exact=True).fill(GPL_QUESTION)
     tab.get_by_role("radio", name="bm25").check()
     page.get_by_role("button", name="Select evidence and answer").click()
-    answer = page.get_by_label(ANSWER_LABEL)
+    answer = tab.get_by_label(ANSWER_LABEL)
     sync_api.expect(answer).to_have_value(GPL_ANSWER, timeout=60_000)  # not cut at the line break after "this"
     check = tab.locator("#unreal-answer-check")
     sync_api.expect(check).to_contain_text(f"✓ “{GPL_ANSWER}”: every content word occurs in the evidence",
@@ -293,7 +293,7 @@ def test_stop_cancels_a_run_after_its_prefilling_state(page):
     page.get_by_role("button", name="Select evidence and answer").click()
     sync_api.expect(page.locator("#unreal-prefill")).to_contain_text(re.compile(r"Prefilling [\d,]+ tokens"),
                                                                      timeout=60_000)
-    answer = page.get_by_label(ANSWER_LABEL)
+    answer = tab.get_by_label(ANSWER_LABEL)  # the Wikipedia tab has an answer box too
     sync_api.expect(answer).to_have_value(re.compile("^word word"), timeout=30_000)
     page.locator("#unreal-stop-ask").click()
     time.sleep(1.5)  # a step already under way may still land
