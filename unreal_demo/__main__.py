@@ -123,8 +123,8 @@ def _eval(args: argparse.Namespace) -> None:
               f"\nchosen: {result['chosen']}, {AnswerRule(**result['chosen_rule']).name}")
         return
     if args.what == "intrinsic":
+        from .evaluation.intrinsic import run_intrinsic_eval
         from .pipeline import Explorer
-        from .retrieval.intrinsic import run_intrinsic_eval
 
         explorer = Explorer.load(args.model, head=args.head, dtype=args.dtype)
         result = run_intrinsic_eval(explorer, args.sample, args.seed, args.out)
@@ -177,8 +177,8 @@ def _eval(args: argparse.Namespace) -> None:
 def _bench(args: argparse.Namespace) -> None:
     from tqdm import tqdm
 
-    from .evaluation.longcontext import parse_lengths
-    from .evaluation.longcontext_run import parse_shard, run_benchmark
+    from .evaluation.longcontext.contexts import parse_lengths
+    from .evaluation.longcontext.run import parse_shard, run_benchmark
     from .evaluation.qa import BOUNDS
     from .pipeline import Explorer
 

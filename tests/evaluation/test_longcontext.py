@@ -10,10 +10,17 @@ from unreal_demo.core.generation import AnswerRule, prompt_ids
 from unreal_demo.core.head import untrained_head
 from unreal_demo.errors import InputError
 from unreal_demo.evaluation import answers
-from unreal_demo.evaluation import longcontext_run as longcontext_eval
-from unreal_demo.evaluation.longcontext import Builder, Item, build_pool, gold_chunks, parse_lengths, split_passages
-from unreal_demo.evaluation.longcontext_report import markdown
-from unreal_demo.evaluation.longcontext_run import ContextEncoder, run_longcontext, summarize
+from unreal_demo.evaluation.longcontext import run as longcontext_eval
+from unreal_demo.evaluation.longcontext.contexts import (
+    Builder,
+    Item,
+    build_pool,
+    gold_chunks,
+    parse_lengths,
+    split_passages,
+)
+from unreal_demo.evaluation.longcontext.report import markdown
+from unreal_demo.evaluation.longcontext.run import ContextEncoder, run_longcontext, summarize
 from unreal_demo.evaluation.metrics import contained, exact_match, f1, normalize_answer
 from unreal_demo.evaluation.qa import BOUNDS
 from unreal_demo.pipeline import Explorer
@@ -240,7 +247,7 @@ class TestRun:
 
 
 def test_shards_are_checked_before_the_model_loads():
-    from unreal_demo.evaluation.longcontext_run import parse_shard
+    from unreal_demo.evaluation.longcontext.run import parse_shard
 
     assert parse_shard("1/1", "precomputed/longcontext.json") == (1, 1)  # the whole run may write there
     for bad in ("0/2", "3/2", "2", "a/b", "1/0"):
@@ -268,7 +275,7 @@ def test_plots_draw_both_methods_and_full_context():
 
 
 def test_every_measured_method_reaches_the_tables_plots_and_captions():
-    from unreal_demo.evaluation.longcontext_report import curve_methods
+    from unreal_demo.evaluation.longcontext.report import curve_methods
     from unreal_demo.ui.plots import length_curve, topn_curve
 
     rows = [{"method": m, "length": 2000, "n": n, "fits": True, "em": 0.0, "contained": 0.0, "prompt_tokens": 100,
@@ -307,7 +314,7 @@ class TestDescribePeak:
                 "em": f1, "em_ci": (f1 - half, f1 + half), "recall": recall, "label": "8K"}
 
     def test_an_inverted_u_only_beyond_the_intervals(self):
-        from unreal_demo.evaluation.longcontext_report import describe_peak
+        from unreal_demo.evaluation.longcontext.report import describe_peak
 
         table = [self.cell(1, 0.10, 0.03, 0.5), self.cell(5, 0.30, 0.03, 0.8), self.cell(20, 0.12, 0.03, 0.95)]
         text = describe_peak(table, "unreal", 8000)
@@ -316,7 +323,7 @@ class TestDescribePeak:
         assert "no peak within the 95% intervals" in describe_peak(wide, "unreal", 8000)
 
     def test_a_monotone_curve_has_no_peak(self):
-        from unreal_demo.evaluation.longcontext_report import describe_peak
+        from unreal_demo.evaluation.longcontext.report import describe_peak
 
         table = [self.cell(1, 0.30, 0.01, 0.5), self.cell(5, 0.20, 0.01, 0.8), self.cell(20, 0.10, 0.01, 0.9)]
         text = describe_peak(table, "unreal", 8000, "em")
@@ -331,7 +338,7 @@ class TestDescribePeak:
                "shape is claimed" in text and "CI" not in text
 
     def test_a_run_too_small_for_an_interval_says_so(self):
-        from unreal_demo.evaluation.longcontext_report import describe_peak
+        from unreal_demo.evaluation.longcontext.report import describe_peak
 
         one = [self.cell(n, 0.111, 0.0, 0.5) | {"questions": 1} for n in (1, 3, 5)]
         text = describe_peak(one, "unreal", 8000)
@@ -342,7 +349,7 @@ class TestDescribePeak:
 
 def test_hard_distractors_interleave_the_article_and_bm25_neighbours():
     from unreal_demo.core.selection import BM25
-    from unreal_demo.evaluation.longcontext import hard_distractors
+    from unreal_demo.evaluation.longcontext.contexts import hard_distractors
 
     pool = ["Volcanoes erupt lava.", "The zebra has stripes.", "Zebra crossings help walkers.", "Bread rises."]
     article = ["Zebras live in herds in Africa.", "The museum opened in 1901."]
@@ -355,7 +362,7 @@ def test_hard_distractors_interleave_the_article_and_bm25_neighbours():
 def test_one_length_as_the_qa_table_agrees_with_eval_qa():
     """The same per-question scores through ``bench longcontext``'s summary and through ``eval qa``'s own."""
     from unreal_demo.evaluation import qa as qa_eval
-    from unreal_demo.evaluation.longcontext_report import qa_table
+    from unreal_demo.evaluation.longcontext.report import qa_table
 
     scores = {("none", None): [(0, 0.0, 0), (0, 0.2, 0)], ("oracle", None): [(1, 1.0, 1), (0, 0.6, 1)],
               ("bm25", 1): [(1, 0.5, 1), (0, 0.3, 0)], ("bm25", 3): [(1, 0.8, 1), (1, 0.8, 1)],
@@ -389,7 +396,7 @@ def test_one_length_as_the_qa_table_agrees_with_eval_qa():
                                                                    (1, 12, 40, 5)])
 def test_paired_recall_is_mcnemars_exact_test(a_only, b_only, both, neither):
     """Counts by hand; p against scipy's exact binomial test, the independent reference."""
-    from unreal_demo.evaluation.longcontext_report import recall_pairs
+    from unreal_demo.evaluation.longcontext.report import recall_pairs
 
     stats = pytest.importorskip("scipy.stats")
     split = [(1, 0)] * a_only + [(0, 1)] * b_only + [(1, 1)] * both + [(0, 0)] * neither

@@ -43,7 +43,7 @@ class TestQaCurves:
         assert fig.layout.xaxis.title.text == "k (chunks selected from the context)"
 
     def test_both_result_forms_give_the_qa_rows(self):
-        from unreal_demo.evaluation.longcontext_report import qa_table
+        from unreal_demo.evaluation.longcontext.report import qa_table
         from unreal_demo.ui.tabs.wikipedia import qa_rows
 
         cells = [{"method": m, "length": 2000, "n": n, "questions": 2, "fits": True, "em": 0.0, "em_ci": (0, 1),

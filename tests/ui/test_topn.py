@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from unreal_demo.evaluation.longcontext import DISTRACTORS
+from unreal_demo.evaluation.longcontext.contexts import DISTRACTORS
 from unreal_demo.ui.tabs import topn
 
 

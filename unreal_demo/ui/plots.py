@@ -8,8 +8,8 @@ from collections.abc import Sequence
 import pandas as pd
 import plotly.graph_objects as go
 
-from ..evaluation.longcontext_report import ORDER, curve_methods, rank
-from ..evaluation.longcontext_report import name as method_name
+from ..evaluation.longcontext.report import ORDER, curve_methods, rank
+from ..evaluation.longcontext.report import name as method_name
 from ..evaluation.qa import BOUNDS
 from ..evaluation.retrieval import estimate
 from ..pipeline import Ranking

@@ -7,9 +7,9 @@ import json
 import gradio as gr
 
 from ...errors import InputError, UserError
+from ...evaluation.intrinsic import gold_rank, intrinsic_scores
 from ...evaluation.results import made_by
 from ...pipeline import Explorer, Loading, check_inputs
-from ...retrieval.intrinsic import gold_rank, intrinsic_scores
 from ...settings import PRECOMPUTED
 from .. import plots
 from ..examples import load_examples

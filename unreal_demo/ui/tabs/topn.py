@@ -8,8 +8,8 @@ import gradio as gr
 import pandas as pd
 
 from ...errors import UserError
-from ...evaluation.longcontext import DISTRACTORS, label
-from ...evaluation.longcontext_report import curve_methods, describe_peak, rank
+from ...evaluation.longcontext.contexts import DISTRACTORS, label
+from ...evaluation.longcontext.report import curve_methods, describe_peak, rank
 from ...evaluation.results import head_mismatch, made_by
 from ...pipeline import Loading
 from ...settings import PRECOMPUTED
@@ -136,8 +136,8 @@ def build_tab(loader: Loading) -> Ready:
 
     def live(length_label: str, ns: list[int], sample: int, metric_name: str, distractors: str = "pool",
              progress=gr.Progress()):  # noqa: B008 (Gradio's idiom)
-        from ...evaluation.longcontext import parse_lengths
-        from ...evaluation.longcontext_run import run_benchmark
+        from ...evaluation.longcontext.contexts import parse_lengths
+        from ...evaluation.longcontext.run import run_benchmark
 
         if not ns:
             raise gr.Error("pick at least one n")

@@ -17,7 +17,7 @@ from ...data.sources import load_corpus
 from ...data.textio import check_text
 from ...errors import UserError
 from ...evaluation.faithfulness import answer_support
-from ...evaluation.longcontext_report import qa_table
+from ...evaluation.longcontext.report import qa_table
 from ...evaluation.qa import BOUNDS
 from ...evaluation.results import head_mismatch, made_by
 from ...pipeline import Explorer, Loading, check_n

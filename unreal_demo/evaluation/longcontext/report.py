@@ -3,18 +3,18 @@
 :func:`describe_peak` states the shape of one curve from its 95% intervals (the Top-n tab's caption);
 :func:`markdown` prints every table of a result (``bench longcontext``, the README); :func:`qa_table` turns the
 cells at one length into the downstream QA table (k = n), the form of ``eval qa``. Rows are those of
-:func:`longcontext_run.summarize`.
+:func:`.run.summarize`.
 """
 
 from __future__ import annotations
 
 from math import comb
 
-from ..retrieval.registry import METHODS
-from .longcontext import label
-from .qa import BOUNDS, LABELS, gap_closed
-from .qa import markdown as qa_markdown
-from .retrieval import estimate
+from ...retrieval.registry import METHODS
+from ..qa import BOUNDS, LABELS, gap_closed
+from ..qa import markdown as qa_markdown
+from ..retrieval import estimate
+from .contexts import label
 
 ORDER = {m: i for i, m in enumerate(METHODS)}
 

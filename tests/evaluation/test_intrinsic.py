@@ -7,7 +7,7 @@ import torch
 from transformers import DynamicCache
 
 from unreal_demo.core.backbone import BackboneError
-from unreal_demo.retrieval.intrinsic import capture, gold_rank, intrinsic_scores
+from unreal_demo.evaluation.intrinsic import capture, gold_rank, intrinsic_scores
 
 
 def test_post_rotary_keys_equal_the_kv_cache(tiny):
@@ -61,7 +61,7 @@ def test_unhookable_architecture(tiny):
 
 
 def test_random_recall():
-    from unreal_demo.retrieval.intrinsic import random_recall
+    from unreal_demo.evaluation.intrinsic import random_recall
 
     assert random_recall(10, 1, 1) == pytest.approx(0.1)
     assert random_recall(10, 2, 5) == pytest.approx(1 - 56 / 252)  # 1 - C(8,5)/C(10,5)
@@ -70,8 +70,8 @@ def test_random_recall():
 
 def test_benchmark_on_tiny_model(tiny, monkeypatch):
     from unreal_demo.core.head import untrained_head
+    from unreal_demo.evaluation import intrinsic
     from unreal_demo.pipeline import Explorer
-    from unreal_demo.retrieval import intrinsic
 
     items = [{"question": "capital of France?", "gold_doc": 1,
               "docs": ["The fox jumps.", "Paris is the capital of France.", "The answer is forty two."]}] * 2

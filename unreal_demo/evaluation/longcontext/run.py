@@ -1,6 +1,6 @@
 """Running the long-context benchmark: UNREAL and BM25 selection at every n, and full context.
 
-For each question and length (:mod:`unreal_demo.longcontext`), every chunk is scored once
+For each question and length (:mod:`.contexts`), every chunk is scored once
 per method; the top-n chunks for each n go, in document order, into the same prompt
 template (Eq. 7) and the frozen LLM answers greedily. Full context answers from every
 chunk where the prompt fits the model window and is reported as "does not fit" beyond. Two bounds, as in
@@ -20,18 +20,18 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from ..core.encoding import cached_encode
-from ..core.generation import ANSWER_RULE, DEFAULT_PROMPT, fits_window, prompt_ids
-from ..core.selection import select_top_n
-from ..errors import InputError
-from ..retrieval.registry import METHODS, MemoryStore, all_scores, check
-from .answers import AnswerCache, answer_cache, keeps
-from .longcontext import Builder, Context, gold_chunks, label
-from .longcontext_report import markdown
-from .metrics import contained, exact_match, f1
-from .qa import BOUNDS
-from .results import write_result
-from .retrieval import mean_ci, wilson
+from ...core.encoding import cached_encode
+from ...core.generation import ANSWER_RULE, DEFAULT_PROMPT, fits_window, prompt_ids
+from ...core.selection import select_top_n
+from ...errors import InputError
+from ...retrieval.registry import METHODS, MemoryStore, all_scores, check
+from ..answers import AnswerCache, answer_cache, keeps
+from ..metrics import contained, exact_match, f1
+from ..qa import BOUNDS
+from ..results import write_result
+from ..retrieval import mean_ci, wilson
+from .contexts import Builder, Context, gold_chunks, label
+from .report import markdown
 
 BLOCK = 256  # pool chunks per cached encoding block (small: a 2K context encodes one block)
 
@@ -225,9 +225,9 @@ def run_benchmark(explorer, sample: int, lengths: Sequence[int], ns: Sequence[in
     With ``out``, the result is written each time a length is complete (``"complete": false`` and the
     setting saying which lengths are done until the last), so a stopped run leaves what it measured.
 
-    ``distractors``: ``"pool"`` or ``"same-topic"`` (:data:`longcontext.DISTRACTORS`); ``shard``: see
+    ``distractors``: ``"pool"`` or ``"same-topic"`` (:data:`.contexts.DISTRACTORS`); ``shard``: see
     :func:`run_longcontext`."""
-    from .longcontext import DISTRACTORS, offline_builder
+    from .contexts import DISTRACTORS, offline_builder
 
     t0 = time.perf_counter()
     k, parts = shard

@@ -31,10 +31,10 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from ..core.chunking import chunk_documents, sentence_spans
-from ..errors import InputError
-from ..settings import CHUNK_TOKENS
-from .metrics import normalize_answer
+from ...core.chunking import chunk_documents, sentence_spans
+from ...errors import InputError
+from ...settings import CHUNK_TOKENS
+from ..metrics import normalize_answer
 
 DEFAULT_LENGTHS = (2_000, 4_000, 8_000, 16_000, 32_000, 128_000, 1_000_000)
 DEFAULT_NS = (1, 2, 3, 5, 8, 10, 15, 20, 30)
@@ -216,7 +216,7 @@ DISTRACTORS = {"pool": "distractors from the shared pool only",
 def hard_distractors(question: str, article: Sequence[str], pool_bm25, pool: Sequence[str], k: int = 8) -> tuple:
     """Same-topic distractors of one question, closest first: the other paragraphs of its article (BM25 order
     among themselves) interleaved with BM25's ``k`` nearest pool passages."""
-    from ..core.selection import BM25
+    from ...core.selection import BM25
 
     own = []
     if article:
@@ -239,9 +239,9 @@ def offline_builder(tokenizer, sample: int, seed: int = 0, distractors: str = "p
     InputError
         For an unknown distractor setting.
     """
-    from ..core.chunking import tokenizer_counters
-    from ..core.selection import BM25
-    from ..data.sources import load_essays, load_novel, load_squad, load_summaries
+    from ...core.chunking import tokenizer_counters
+    from ...core.selection import BM25
+    from ...data.sources import load_essays, load_novel, load_squad, load_summaries
 
     if distractors not in DISTRACTORS:
         raise InputError(f"unknown distractor setting {distractors!r}; use {' or '.join(DISTRACTORS)}")
