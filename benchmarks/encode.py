@@ -1,6 +1,6 @@
 """Chunk-encoding throughput against its limits, measured in one run on the same tokens.
 
-    python benchmarks/encode.py [--passages 1000] [--quick] [--threads 2] [--model ID]
+    python benchmarks/encode.py [--passages 1000] [--quick] [--threads 2] [--model ID] [--dtypes fp32,bf16]
 
 Three timings over the same offline Wikipedia passages (lead summaries, cut to 256 tokens):
 
@@ -10,13 +10,16 @@ Three timings over the same offline Wikipedia passages (lead summaries, cut to 2
    on exactly the batches of 1., already tokenised and padded: the limit for 1.;
 3. the untruncated model (all L blocks) on the same batches.
 
-Prints tokens/s of each, the ratio 1/2 (target ≥ 0.9) and the speed-up 2/3 against L/ℓc.
+Prints tokens/s of each, the ratio 1/2 (target ≥ 0.9) and the speed-up 2/3 against L/ℓc. With several
+``--dtypes`` the three are measured per encoding dtype in the same run, each path's speed-up over the first
+recorded; every result records the CPU line of :func:`unreal_demo.core.cpu.status_line` and the load average.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import tempfile
 import time
 from pathlib import Path
@@ -25,6 +28,7 @@ import torch
 from safetensors.torch import save_file
 
 from unreal_demo.core.backbone import load_backbone
+from unreal_demo.core.cpu import cpu_info, status_line
 from unreal_demo.core.encoding import encode_chunks, padded_batch, token_batches, tokenize_chunks
 from unreal_demo.data.sources import load_summaries
 from unreal_demo.settings import DEFAULT_MODEL
@@ -98,16 +102,25 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--model", default=DEFAULT_MODEL)
     parser.add_argument("--chunk-layer", type=int, default=25)
+    parser.add_argument("--dtypes", default="fp32", help="comma-separated, the first is the baseline (fp32,bf16)")
     parser.add_argument("--out", default="precomputed/bench_encode.json")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     count = 150 if args.quick else args.passages
-    backbone = load_backbone(args.model)
     texts = [p.text for p in load_summaries()[:count]]
-    result = measure(backbone, texts, args.chunk_layer)
-    result["command"] = f"python benchmarks/encode.py --passages {count} --threads {args.threads}"
-    result["threads"] = args.threads
-    report(result)
+    dtypes = args.dtypes.split(",")
+    runs = {}
+    for dtype in dtypes:
+        runs[dtype] = measure(load_backbone(args.model, dtype=dtype), texts, args.chunk_layer)
+        runs[dtype]["path_speedup_over_" + dtypes[0]] = (runs[dtype]["path_tokens_per_s"]
+                                                         / runs[dtypes[0]]["path_tokens_per_s"])
+        report(runs[dtype])
+    result = runs[dtypes[0]] | {"by_dtype": runs} if len(dtypes) > 1 else runs[dtypes[0]]
+    result["command"] = (f"python benchmarks/encode.py --passages {count} --threads {args.threads} "
+                         f"--dtypes {args.dtypes}")
+    result |= {"threads": args.threads, "cpu": status_line(), "units": cpu_info().units,
+               "load_average_1_5_15": list(os.getloadavg())}
+    print(result["cpu"])
     Path(args.out).write_text(json.dumps(result, indent=2))
 
 
