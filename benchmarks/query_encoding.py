@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import time
 from pathlib import Path
@@ -22,6 +23,7 @@ from pathlib import Path
 import torch
 
 from unreal_demo.core.backbone import load_backbone
+from unreal_demo.core.cpu import status_line
 from unreal_demo.core.head import QueryHead, untrained_head
 from unreal_demo.data.sources import load_squad
 from unreal_demo.pipeline import Explorer
@@ -36,7 +38,10 @@ SETTINGS = {  # name → head overrides; the first is the shipped head's shape
     "soft prompt P on": {"use_prompt": True},
     "R = 64": {"n_ret": 64},
     "|C0| = 5, P on": {"n_context": 5, "use_prompt": True},
+    "query adapter r = 64": {"adapter_rank": 64},
+    "query adapter, full d × d": {"adapter_rank": -1},  # -1: the model's hidden size
 }
+ADAPTER_HEAD = "precomputed/heads/smollm2-135m-mix-adapter/head"  # the adapter head that ships (not the default)
 
 
 def ms_per_query(head: QueryHead, backbone, questions: list[str], store: MemoryStore, bm25_ids: torch.Tensor,
@@ -76,9 +81,14 @@ def main() -> None:
     rows = [{"setting": "shipped head (trained weights)", "overrides": {},
              "ms_per_query": ms_per_query(shipped, backbone, texts, store, bm25_ids, args.batch, args.repeats)}]
     for name, overrides in SETTINGS.items():
+        if overrides.get("adapter_rank") == -1:
+            overrides = overrides | {"adapter_rank": backbone.hidden_size}
         head = untrained_head(backbone, **(base | overrides))
         rows.append({"setting": name, "overrides": overrides, "ms_per_query":
                      ms_per_query(head, backbone, texts, store, bm25_ids, args.batch, args.repeats)})
+    adapter = QueryHead.load(ADAPTER_HEAD)
+    rows.append({"setting": "adapter head r = 64 (trained weights)", "overrides": {"adapter_rank": 64},
+                 "ms_per_query": ms_per_query(adapter, backbone, texts, store, bm25_ids, args.batch, args.repeats)})
     ref = rows[1]["ms_per_query"]
     for r in rows:
         r["ms_per_query"] = round(r["ms_per_query"], 1)
@@ -88,7 +98,7 @@ def main() -> None:
                          f"--threads {args.threads} --repeats {args.repeats}",
               "model": backbone.name, "device": str(backbone.device), "threads": args.threads,
               "queries": len(texts), "batch": args.batch, "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-              "rows": rows}
+              "cpu": status_line(), "load_average_1min": os.getloadavg()[0], "rows": rows}
     Path(args.out).write_text(json.dumps(result, indent=2, ensure_ascii=False))
 
 

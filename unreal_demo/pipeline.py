@@ -395,6 +395,9 @@ class Loading:
             return f"loading {self.model}: {self.stage} … {time.perf_counter() - self.started:.0f} s"
         if self._error is not None:
             return f"could not load {self.model}: {self._error}"
+        from .core.cpu import status_line
+
         b = self._explorer.backbone
+        cpu = f" · {status_line()}" if b.device.type == "cpu" else ""
         return f"{b.name} on {b.device} ({str(b.dtype).removeprefix('torch.')}) with head {self.head_source}, " \
-               f"ready in {self.seconds:.1f} s"
+               f"ready in {self.seconds:.1f} s{cpu}"

@@ -10,6 +10,8 @@ import pandas as pd
 import pytest
 import torch
 
+from unreal_demo.core.cpu import status_line
+
 gradio_client = pytest.importorskip("gradio_client")
 
 from unreal_demo.core.head import untrained_head  # noqa: E402
@@ -243,6 +245,7 @@ def test_the_page_serves_while_the_model_loads(tiny):
             gate.set()
             assert "4417" in job.result(timeout=60)[5]["data"][0][-1]
             assert loader.status().startswith("tiny-llama on cpu") and "ready in" in loader.status()
+            assert status_line() in loader.status()  # the CPU and the scan / encoding paths chosen for it
         finally:
             demo.close()
     finally:

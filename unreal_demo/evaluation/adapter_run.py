@@ -285,7 +285,7 @@ def run(head_path: str, n_context: int | None = None, labels: list[str] | None =
               "sets": {s.name + " " + side: len(s.texts) for side, group in (("train", trains), ("dev", devs))
                        for s in group} | {"new_wiki test": len(test.texts)},
               "pool": {"chunks": int(usable.sum()), "train candidates": int(train_mask.sum())},
-              "rows": rows, "reference": reference}
+              "rows": rows, "reference": reference, "markdown": grid_markdown(rows + reference)}
     if out:
         Path(out).write_text(json.dumps(result, indent=1))
     if save and heads:
@@ -388,3 +388,23 @@ def fit_fusion_on_dev(head, index, devs: list[Questions], cached: list[StateSet]
     bm25 = torch.cat([index.bm25_scores(q.texts)[:, usable] for q in devs])  # (N, P)
     gold = [{int(remap[i]) for i in p if remap[i] >= 0} for c in cached for p in c.positives]
     return fit_fusion_weight(unreal, bm25, gold)
+
+
+GRID_COLUMNS = ("dev nq R@1", "dev nq R@10", "dev tqa R@1", "dev tqa R@10", "dev squad R@1", "dev squad R@10",
+                "dev mean R@1", "test new_wiki R@1", "test new_wiki R@10")
+
+
+def grid_markdown(rows: list[dict]) -> str:
+    """The grid's rows (and reference rows) as a markdown table; a cell a row lacks is "—".
+
+    >>> print(grid_markdown([{"variant": "BM25", "dev nq R@1": 0.25}]).splitlines()[2][:30])
+    | BM25 | — | — | 0.250 | — | —
+    """
+    head = "| variant | parameters | best step | " + " | ".join(c.replace("test new_wiki", "New-Wiki test")
+                                                               for c in GRID_COLUMNS) + " |"
+    lines = [head, "|---" * (len(GRID_COLUMNS) + 3) + "|"]
+    for r in rows:
+        params = f"{r['parameters']:,}" if "parameters" in r else "—"
+        lines.append(f"| {r['variant']} | {params} | {r.get('best step', '—')} | "
+                     + " | ".join(f"{r[c]:.3f}" if c in r else "—" for c in GRID_COLUMNS) + " |")
+    return "\n".join(lines)
