@@ -334,6 +334,21 @@ def test_numkong_scan_rescans_by_torch_when_a_chunk_could_be_missed(tmp_path, mo
         assert torch.equal(got[1], want[1]) and torch.allclose(got[0], want[0], atol=1e-5)
 
 
+def test_a_deep_top_k_is_scanned_by_torch_not_re_scored(tmp_path, monkeypatch):
+    """Score fusion ranks every chunk (k = the index size): re-scoring that many candidates per query would gather
+    every key once per query (32 GB for 100 queries over the shipped index), so such a scan goes to torch."""
+    pytest.importorskip("numkong")
+    ix = random_index(tmp_path / "ix", 900, 400)
+    paths = spy_paths(monkeypatch)
+    monkeypatch.setattr(idx, "RESCORE_BUDGET", 100)
+    q = torch.randn(3, 4, 48)
+    scores, ids = ix.maxsim_topk(q, 900, path="numkong")  # 3 × (900 + 32) pairs > 100
+    assert paths == ["torch"] * 3 and ids.shape == (3, 900)
+    paths.clear()
+    ix.maxsim_topk(q[:1], 10, path="numkong")  # 1 × 42 pairs: the fast path
+    assert paths == ["numkong"] * 3
+
+
 def test_the_scan_follows_the_cpu_choice(tmp_path, monkeypatch):
     """$UNREAL_SCAN (or numkong missing) picks the path every shard is scanned with."""
     ix = random_index(tmp_path / "ix", 300, 100)

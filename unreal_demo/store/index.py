@@ -49,6 +49,8 @@ from ..errors import UserError
 from ..settings import CHUNK_TOKENS, cache_dir
 
 RESCORE = 32  # candidates beyond k that a scan with rounded query scores re-scores in fp32 (Index.maxsim_topk)
+RESCORE_BUDGET = 16_384  # most (query, candidate) pairs one re-scoring gathers (~264 MB of fp32 keys at 7 × 576);
+# a deeper top-k (score fusion ranks every chunk) is scanned by torch, whose scores need no re-scoring
 
 
 class IndexStoreError(UserError, RuntimeError):
@@ -426,6 +428,7 @@ class Index:
         ``k +`` :data:`RESCORE` candidates, re-scores them in fp32 exactly as the ``torch`` path does, and
         checks that no chunk left out can reach the k-th score (its scan score plus
         :func:`maxsim.scan_error_bound`); a query that fails the check (near-ties) is scanned again by torch.
+        A top-k too deep to re-score within :data:`RESCORE_BUDGET` pairs goes to the torch path.
         Both paths return the same ids and fp32 scores.
 
         Parameters
@@ -442,6 +445,7 @@ class Index:
         """
         path = path or choose().scan
         fast = path == "numkong" and bool(self.shards) and self.keys(self.shards[0])[0].dtype == torch.float16
+        fast &= q.shape[0] * (min(k, len(self)) + RESCORE) <= RESCORE_BUDGET
 
         def score(shard: dict) -> torch.Tensor:
             keys, scale = self.keys(shard)
