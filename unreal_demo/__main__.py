@@ -203,11 +203,21 @@ def _bench(args: argparse.Namespace) -> None:
 def _adapter(args: argparse.Namespace) -> None:
     from .evaluation.adapter_run import GRID, run
 
+    head = args.head or str(DEFAULT_HEADS[DEFAULT_MODEL].with_suffix(".json"))
+    if args.joint:
+        from .core.joint_training import JointConfig
+        from .evaluation.joint_run import run_joint
+
+        if args.steps < 1 or args.batch < 1:
+            raise UserError("--steps and --batch must be at least 1")
+        result = run_joint(head, JointConfig(steps=args.steps, batch=args.batch, lr_rho=args.lr_rho),
+                           args.out, args.save)
+        print(result["markdown"])
+        return
     labels = [x.strip() for x in args.variants.split(";")] if args.variants else None
     unknown = [x for x in labels or [] if x not in GRID]
     if unknown:
         raise UserError(f"unknown variant {unknown[0]!r}; known: {'; '.join(GRID)}")
-    head = args.head or str(DEFAULT_HEADS[DEFAULT_MODEL].with_suffix(".json"))
     result = run(head, args.n_context, labels, args.steps, args.out, args.save, args.save_variant)
     for row in result["rows"] + result["reference"]:
         print(f"{row['variant']}: " + ", ".join(f"{k} {v}" for k, v in row.items() if "R@" in k))
@@ -567,6 +577,10 @@ def build_parser() -> argparse.ArgumentParser:
     ad.add_argument("--out", default=None, help="write the result JSON here")
     ad.add_argument("--save", default=None, help="write the best variant on dev (or --save-variant) as a head here")
     ad.add_argument("--save-variant", dest="save_variant", default=None)
+    ad.add_argument("--joint", action="store_true", help="instead of the grid: fine-tune ρ, α and the head's adapter "
+                    "jointly through the LLM (resumable; the cleaner positives), from --head")
+    ad.add_argument("--batch", type=int, default=16, help="--joint: questions per step")
+    ad.add_argument("--lr-rho", dest="lr_rho", type=float, default=5e-4, help="--joint: learning rate of ρ")
     ad.set_defaults(func=_adapter)
 
     rk = sub.add_parser("rank", help="rank a JSONL corpus for JSONL queries")

@@ -205,20 +205,10 @@ def run_variants(head, train: list[StateSet], dev: list[StateSet], test: StateSe
     from ..core.head import QueryHead
 
     dev_keys = keys[usable]
-    remap = positions(usable)
-    def local(sets: list[StateSet]) -> list[StateSet]:  # positives as positions among the usable chunks
-        return [StateSet(d.name, d.groups, [[int(remap[i]) for i in p if remap[i] >= 0] for p in d.positives])
-                for d in sets]
-
-    dev_local, train_local = local(dev), local(train)
+    dev_local, train_local = local(dev, usable), local(train, usable)
 
     def row(label: str, model, extra: dict) -> dict:
-        out = {"variant": label, "parameters": model.n_params()} | extra
-        for d in dev_local:
-            out |= {f"dev {d.name} {k}": v for k, v in recall(model, d, dev_keys).items()}
-        out["dev mean R@1"] = round(sum(out[f"dev {d.name} R@1"] for d in dev_local) / len(dev_local), 4)
-        out |= {f"test new_wiki {k}": v for k, v in recall(model, test, keys).items()}
-        return out
+        return score_row(label, model, dev_local, dev_keys, test, keys, extra)
 
     rows, heads = [row("shipped head (no adapter)", head, {})], {}
     log(rows[-1])
@@ -245,6 +235,25 @@ def run_variants(head, train: list[StateSet], dev: list[StateSet], test: StateSe
             (slot / "row.json").write_text(json.dumps(rows[-1]))
         log(rows[-1])
     return rows, heads
+
+
+def local(sets: list[StateSet], usable: torch.Tensor) -> list[StateSet]:
+    """The sets with positives as positions among the usable chunks (:func:`positions`)."""
+    remap = positions(usable)
+    return [StateSet(d.name, d.groups, [[int(remap[i]) for i in p if remap[i] >= 0] for p in d.positives])
+            for d in sets]
+
+
+def score_row(label: str, model, dev: list[StateSet], dev_keys: torch.Tensor, test: StateSet, keys: torch.Tensor,
+              extra: dict) -> dict:
+    """One grid row: R@1 / R@10 of ``model`` on each dev set (positives local to ``dev_keys``), their mean R@1,
+    and R@1 / R@10 on the New-Wiki test set over the whole index (``keys``)."""
+    out = {"variant": label, "parameters": model.n_params()} | extra
+    for d in dev:
+        out |= {f"dev {d.name} {k}": v for k, v in recall(model, d, dev_keys).items()}
+    out["dev mean R@1"] = round(sum(out[f"dev {d.name} R@1"] for d in dev) / len(dev), 4)
+    out |= {f"test new_wiki {k}": v for k, v in recall(model, test, keys).items()}
+    return out
 
 
 GRID = {  # label → (train sets, overrides of StateTrainConfig): what the dev split decides, at equal budget
@@ -324,12 +333,16 @@ def cleaner(index, usable: torch.Tensor, sets: list[Questions], cached: list[Sta
     rank ≤ 100; ``precomputed/distant_supervision_precision.json``)."""
     out = []
     for q, c in zip(sets, cached, strict=True):
-        if q.name not in NATURAL_SETS:
-            continue
-        top = bm25_within(index, q.texts, usable).topk(depth, dim=1).indices.tolist()
-        keep = [i for i, (t, p) in enumerate(zip(top, q.positives, strict=True)) if set(t) & set(p)]
-        out.append(StateSet(f"{q.name}@{depth}", c.groups[keep], [q.positives[i] for i in keep]))
+        if q.name in NATURAL_SETS:
+            keep = clean_ids(index, usable, q, depth)
+            out.append(StateSet(f"{q.name}@{depth}", c.groups[keep], [q.positives[i] for i in keep]))
     return out
+
+
+def clean_ids(index, usable: torch.Tensor, q: Questions, depth: int) -> list[int]:
+    """The questions of ``q`` with a positive among BM25's top ``depth`` usable chunks (:func:`cleaner`'s rule)."""
+    top = bm25_within(index, q.texts, usable).topk(depth, dim=1).indices.tolist()
+    return [i for i, (t, p) in enumerate(zip(top, q.positives, strict=True)) if set(t) & set(p)]
 
 
 def with_context(head, n_context: int):

@@ -1,0 +1,67 @@
+"""The joint fine-tune of ρ, α and the adapter through the frozen LLM (Eq. 6), on the tiny test model."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from unreal_demo.core.head import untrained_head
+from unreal_demo.core.joint_training import JointConfig, TextSet, dev_sample, fit_joint
+from unreal_demo.core.maxsim import normalize_chunks
+from unreal_demo.core.state_training import with_adapter
+
+
+def _data(n: int = 12, p: int = 40) -> tuple[list[TextSet], list[TextSet], torch.Tensor]:
+    gen = torch.Generator().manual_seed(0)
+    keys = normalize_chunks(torch.randn(p, 3, 32, generator=gen))  # (P, L_p, d)
+    texts = [f"what is thing {i}?" for i in range(n)]
+    train = TextSet("toy", texts, [[f"thing {i} is here."] for i in range(n)], [[i] for i in range(n)])
+    dev = TextSet("dev", texts[:4], [[] for _ in range(4)], [[i] for i in range(4)])
+    return [train], [dev], keys
+
+
+def _head(tiny):
+    return with_adapter(untrained_head(tiny, n_ret=4, n_groups=2), 4)
+
+
+def test_trains_rho_alpha_and_adapter_and_keeps_the_backbone_frozen(tiny, tmp_path):
+    train, dev, keys = _data()
+    head = _head(tiny)
+    cfg = JointConfig(steps=3, batch=4, lr_rho=1e-2, lr=1e-2, dev_every=3, sampled=8, dev_per_set=4, patience=9)
+    before = {n: p.detach().clone() for n, p in tiny.model.named_parameters()}
+    model, log = fit_joint(head, tiny, train, dev, keys, cfg, tmp_path)
+    trained, _ = fit_joint(head, tiny, train, dev, keys, cfg, tmp_path)  # resumed: nothing left to run
+    state = torch.load(tmp_path / "checkpoint.pt", weights_only=False)["model"]
+    for name in ("rho", "alpha", "adapter_u"):
+        assert not torch.equal(state[name], head.state_dict()[name]), name
+    assert all(torch.equal(p, before[n]) for n, p in tiny.model.named_parameters())
+    assert [r["step"] for r in log] == [0, 3] and torch.isfinite(torch.tensor(log[-1]["loss"]))
+    assert torch.equal(trained.rho, model.rho)
+    better = (log[-1]["mean R@1"], log[-1]["mean R@10"]) > (log[0]["mean R@1"], log[0]["mean R@10"])
+    assert (tmp_path / "best.safetensors").exists() == better
+
+
+def test_a_killed_run_resumes_where_it_stopped(tiny, tmp_path):
+    train, dev, keys = _data()
+    cfg = JointConfig(steps=4, batch=4, lr_rho=1e-2, lr=1e-2, dev_every=2, sampled=8, dev_per_set=4, patience=9)
+    fit_joint(_head(tiny), tiny, train, dev, keys, cfg, tmp_path / "whole")
+    fit_joint(_head(tiny), tiny, train, dev, keys, JointConfig(**{**cfg.__dict__, "steps": 2}), tmp_path / "split")
+    fit_joint(_head(tiny), tiny, train, dev, keys, cfg, tmp_path / "split")  # resumes at step 3
+    whole, split = (torch.load(tmp_path / f / "checkpoint.pt", weights_only=False) for f in ("whole", "split"))
+    assert [r["step"] for r in split["history"]] == [0, 2, 4]
+    for name, value in whole["model"].items():
+        assert torch.allclose(value, split["model"][name], atol=1e-6), name
+
+
+def test_other_settings_in_the_same_folder_are_refused(tiny, tmp_path):
+    train, dev, keys = _data()
+    cfg = JointConfig(steps=2, batch=4, dev_every=2, sampled=8, dev_per_set=4)
+    fit_joint(_head(tiny), tiny, train, dev, keys, cfg, tmp_path)
+    with pytest.raises(ValueError, match="other settings"):
+        fit_joint(_head(tiny), tiny, train, dev, keys, JointConfig(**{**cfg.__dict__, "lr": 0.1}), tmp_path)
+
+
+def test_dev_sample_is_fixed_and_capped():
+    d = TextSet("d", [f"q{i}" for i in range(10)], [[] for _ in range(10)], [[i] for i in range(10)])
+    (a,), (b,) = dev_sample([d], 4, 0), dev_sample([d], 4, 0)
+    assert a == b and len(a.texts) == 4 and all(int(t[1:]) == p[0] for t, p in zip(a.texts, a.positives))

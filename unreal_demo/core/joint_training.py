@@ -1,0 +1,206 @@
+"""Eq. 6 with the LLM back in the loop: a joint fine-tune of ρ, α and the query adapter on the mixed sets.
+
+:mod:`state_training` trains α and the adapter on cached query states, with ρ fixed; here ρ trains too, so every
+step runs the frozen LLM on its questions again (the prefix ``[sink, C0, x]`` without gradients into a KV cache,
+then the R ρ tokens with gradients, :meth:`QueryHead.retrieval_states`). The loss is the multi-positive InfoNCE of
+Eq. 6 over fixed chunk keys; the candidates of a step are the batch's positives, each question's ``mined`` best
+wrong chunks under the starting head (found once, from cached states) and ``sampled`` random chunks of the pool —
+:func:`state_training.fit_states`'s ``"mined"`` negatives. Every ``dev_every`` steps the dev sample's query vectors
+are recomputed through the LLM (no gradients) and ranked over the whole dev pool; the best step (mean R@1, then
+mean R@10) is kept. The run checkpoints at every dev check and resumes from its folder.
+
+Example
+-------
+>>> cfg = JointConfig(steps=2, dev_every=1)
+>>> param_groups_lr(cfg)             # ρ at its own learning rate, α and the adapter at another
+{'rho': 0.0005, 'alpha': 0.0005, 'adapter': 0.0005}
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import random
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+
+from .head import QueryHead
+from .maxsim import maxsim_reference
+from .state_training import recall_from_scores
+from .training import info_nce
+
+
+@dataclass
+class JointConfig:
+    """Settings of one joint fine-tune (ρ, α and the adapter; the LLM frozen)."""
+
+    steps: int = 400
+    batch: int = 16
+    lr_rho: float = 5e-4
+    lr: float = 5e-4  # α and the adapter
+    weight_decay: float = 0.05  # on the adapter only: toward the identity
+    temperature: float = 0.05
+    mined: int = 32
+    sampled: int = 2048
+    dev_every: int = 40
+    dev_per_set: int = 60  # questions per dev set in the checks (the final evaluation uses every dev question)
+    patience: int = 4
+    seed: int = 0
+
+
+@dataclass
+class TextSet:
+    """Questions of one source as text: the question, its C0 passages and its positives (pool positions)."""
+
+    name: str
+    texts: list[str]
+    contexts: list[list[str]]
+    positives: list[list[int]]
+
+
+def param_groups_lr(cfg: JointConfig) -> dict[str, float]:
+    """Learning rate per trained group."""
+    return {"rho": cfg.lr_rho, "alpha": cfg.lr, "adapter": cfg.lr}
+
+
+@torch.no_grad()
+def query_vectors(head: QueryHead, backbone, texts: Sequence[str], contexts: Sequence[Sequence[str]],
+                  batch: int = 16) -> torch.Tensor:
+    """Query vectors ``(N, G, d)`` of ``texts`` through the LLM (no gradients)."""
+    return torch.cat([head(backbone, texts[s : s + batch], contexts[s : s + batch]).float().cpu()
+                      for s in range(0, len(texts), batch)])
+
+
+def dev_sample(dev: Sequence[TextSet], n: int, seed: int) -> list[TextSet]:
+    """The first ``n`` questions of each dev set after a seeded shuffle (fixed for the whole run)."""
+    out = []
+    for d in dev:
+        idx = list(range(len(d.texts)))
+        random.Random(seed).shuffle(idx)
+        idx = sorted(idx[:n])
+        out.append(TextSet(d.name, [d.texts[i] for i in idx], [d.contexts[i] for i in idx],
+                           [d.positives[i] for i in idx]))
+    return out
+
+
+def _optimizer(model: QueryHead, cfg: JointConfig) -> torch.optim.Optimizer:
+    lr = param_groups_lr(cfg)
+    adapter = [p for n, p in model.named_parameters() if n.startswith("adapter_")]
+    groups = [{"params": [model.rho], "lr": lr["rho"], "weight_decay": 0.0},
+              {"params": [model.alpha], "lr": lr["alpha"], "weight_decay": 0.0}]
+    if adapter:
+        groups.append({"params": adapter, "lr": lr["adapter"], "weight_decay": cfg.weight_decay})
+    trained = {id(p) for g in groups for p in g["params"]}
+    for p in model.parameters():
+        p.requires_grad_(id(p) in trained)
+    return torch.optim.AdamW(groups, betas=(0.9, 0.98))
+
+
+def fit_joint(head: QueryHead, backbone, train: Sequence[TextSet], dev: Sequence[TextSet], keys: torch.Tensor,
+              cfg: JointConfig, out: str | Path, hard: Sequence[Sequence[torch.Tensor]] | None = None,
+              train_mask: torch.Tensor | None = None, log: Callable[[dict], None] | None = None,
+              ) -> tuple[QueryHead, list[dict]]:
+    """Fine-tune ρ, α and the adapter of a copy of ``head`` jointly (Eq. 6), resumable from ``out``.
+
+    Parameters
+    ----------
+    train, dev : questions per source; a batch draws from every train source alike (uniform over sources, then
+        over that source's questions).
+    keys : normalised chunk keys ``(P, L_p, d)`` that positives index into; dev ranks all of them.
+    hard : per train set, each question's mined pool positions (:func:`state_training.mine`), or None.
+    train_mask : ``(P,)`` bool, the chunks that are candidates in training (default: all).
+    out : the run's folder (``checkpoint.pt``, ``log.jsonl``, ``best/`` the best head so far); a run with the
+        same folder resumes.
+
+    Returns
+    -------
+    The best head on the dev sample and the log (one record per dev check).
+    """
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    gen = random.Random(cfg.seed)
+    torch.manual_seed(cfg.seed)
+    model = copy.deepcopy(head).train()
+    opt = _optimizer(model, cfg)
+    cand = torch.arange(len(keys)) if train_mask is None else train_mask.nonzero().squeeze(1)
+    pool = keys[cand]  # (C, L_p, d)
+    where = torch.full((len(keys),), -1, dtype=torch.long)
+    where[cand] = torch.arange(len(cand))
+    sets = [i for i, s in enumerate(train) if s.positives]
+    checks = dev_sample(dev, cfg.dev_per_set, cfg.seed)
+
+    def check(step: int, loss: float) -> dict:
+        row = {"step": step, "loss": round(loss, 4)}
+        model.eval()
+        for d in checks:
+            s = maxsim_reference(query_vectors(model, backbone, d.texts, d.contexts), keys)  # (N, P)
+            row |= {f"{d.name} {k}": v for k, v in recall_from_scores(s, d.positives).items()}
+        model.train()
+        row["mean R@1"] = round(sum(row[f"{d.name} R@1"] for d in checks) / max(1, len(checks)), 4)
+        row["mean R@10"] = round(sum(row[f"{d.name} R@10"] for d in checks) / max(1, len(checks)), 4)
+        return row
+
+    ckpt = out / "checkpoint.pt"
+    settings = asdict(cfg) | {"steps": None, "head": head.digest(), "sets": [[s.name, len(s.texts)] for s in train]}
+    # (more steps may be asked of a resumed run; every other setting must match)
+    if ckpt.exists():
+        state = torch.load(ckpt, weights_only=False)
+        if state["settings"] != settings:
+            raise ValueError(f"{out} holds a run with other settings; use another folder")
+        model.load_state_dict(state["model"])
+        opt.load_state_dict(state["opt"])
+        gen.setstate(state["gen"])
+        torch.set_rng_state(state["torch"])
+        history, best, best_state, waited = state["history"], state["best"], state["best_state"], state["waited"]
+        start = history[-1]["step"] + 1
+    else:
+        history = [check(0, float("nan"))]
+        best, best_state, waited, start = history[0], copy.deepcopy(model.state_dict()), 0, 1
+        if log is not None:
+            log(history[0])
+    started, running = time.time(), []
+    for step in range(start, cfg.steps + 1):
+        if waited >= cfg.patience:
+            break
+        picks = [(i := gen.choice(sets), gen.randrange(len(train[i].texts))) for _ in range(cfg.batch)]
+        pos = [where[torch.tensor(train[i].positives[j])] for i, j in picks]  # pool positions (−1: not one)
+        mined = [hard[i][j] for i, j in picks] if hard is not None else []
+        step_cand = torch.cat([*pos, *mined, torch.randint(len(cand), (cfg.sampled,))]).unique()
+        step_cand = step_cand[step_cand >= 0]
+        at = torch.full((len(cand),), -1, dtype=torch.long)
+        at[step_cand] = torch.arange(len(step_cand))
+        positive = torch.zeros(cfg.batch, len(step_cand), dtype=torch.bool)
+        for b, ids in enumerate(pos):
+            positive[b, at[ids[ids >= 0]]] = True
+        q = model(backbone, [train[i].texts[j] for i, j in picks], [train[i].contexts[j] for i, j in picks])
+        loss = info_nce(maxsim_reference(q.float().cpu(), pool[step_cand]), positive, cfg.temperature)  # (B, C)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        running.append(loss.item())
+        if step % cfg.dev_every == 0 or step == cfg.steps:
+            row = check(step, sum(running) / len(running)) | {"seconds": round(time.time() - started, 1)}
+            running = []
+            history.append(row)
+            if (row["mean R@1"], row["mean R@10"]) > (best["mean R@1"], best["mean R@10"]):
+                best, best_state, waited = row, copy.deepcopy(model.state_dict()), 0
+                model.save(out / "best")  # the best head so far, readable while the run goes on
+            else:
+                waited += 1
+            tmp = ckpt.with_suffix(".tmp")
+            torch.save({"settings": settings, "model": model.state_dict(), "opt": opt.state_dict(),
+                        "gen": gen.getstate(), "torch": torch.get_rng_state(), "history": history, "best": best,
+                        "best_state": best_state, "waited": waited}, tmp)
+            tmp.replace(ckpt)
+            with (out / "log.jsonl").open("a") as f:
+                f.write(json.dumps(row) + "\n")
+            if log is not None:
+                log(row)
+    model.load_state_dict(best_state)
+    for p in model.parameters():
+        p.requires_grad_(True)
+    return model.eval(), history

@@ -1,0 +1,92 @@
+"""The joint fine-tune of ρ, α and the query adapter (:mod:`core.joint_training`) on the adapter experiment's sets.
+
+Same pool, sets and splits as :mod:`adapter_run` (NQ-open and TriviaQA by distant supervision, with the cleaner
+positives — BM25 rank ≤ 3 — that won its dev grid, plus SQuAD dev questions of the train articles); the mined
+negatives come from the starting head's cached states. After training, the best head's query states are cached
+for every dev and test question and scored exactly as the grid's rows (:func:`adapter_run.score_row`), next to the
+starting head's row, so the two read side by side with ``precomputed/adapter_grid.json``.
+
+    python -m unreal_demo adapter --joint --head precomputed/heads/smollm2-135m-mix-adapter/head.json \\
+        --steps 400 --out precomputed/joint_run.json --save precomputed/heads/smollm2-135m-mix-joint/head
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+from ..core.joint_training import JointConfig, TextSet, fit_joint
+from ..core.state_training import StateSet, mine
+from ..settings import cache_dir, display_path
+from .adapter_run import (
+    cache_sets,
+    cached_sets,
+    clean_ids,
+    fit_fusion_on_dev,
+    grid_markdown,
+    local,
+    pool_of,
+    positions,
+    score_row,
+)
+
+DEPTH = 3  # the cleaner positives' BM25 depth (the grid's best row)
+
+
+def run_joint(head_path: str, cfg: JointConfig, out: str | None = None, save: str | None = None,
+              log=print) -> dict:
+    """Train (or resume) the joint fine-tune from ``head_path`` and score it; the best head so far sits in the run
+    folder (``<cache>/joint_runs/…/best``) while it trains; ``save`` receives the best head with its fusion weight
+    refitted on dev, ``out`` the result JSON."""
+    from ..pipeline import Explorer
+    from ..store.index import Index, shipped_folder
+
+    explorer = Explorer.load(head=head_path, require_head=True)
+    head, backbone = explorer.head, explorer.backbone
+    index = Index(shipped_folder(explorer))
+    trains, devs, test = cached_sets(index, head.config.n_context, cache_dir() / "adapter_sets")
+    folder = cache_dir() / "query_states"
+    train_s, dev_s = cache_sets(head, backbone, trains, folder), cache_sets(head, backbone, devs, folder)
+    (test_s,) = cache_sets(head, backbone, [test], folder)
+    keys, usable, train_mask = pool_of(index)
+    remap = positions(usable)
+    dev_keys, cand_mask = keys[usable], train_mask[usable]
+    pool = dev_keys[cand_mask]
+
+    def texts(q, keep: list[int], name: str) -> TextSet:
+        return TextSet(name, [q.texts[i] for i in keep], [q.contexts[i] for i in keep],
+                       [[int(remap[j]) for j in q.positives[i] if remap[j] >= 0] for i in keep])
+
+    train_t, hard = [], []
+    for q, c in zip(trains, train_s, strict=True):
+        keep = clean_ids(index, usable, q, DEPTH) if q.name != "squad" else list(range(len(q.texts)))
+        name = f"{q.name}@{DEPTH}" if q.name != "squad" else q.name
+        train_t.append(texts(q, keep, name))
+        hard.append(mine(head, StateSet(name, c.groups[keep], []), pool, 32))
+    dev_t = [texts(q, list(range(len(q.texts))), q.name) for q in devs]
+    run_folder = cache_dir() / "joint_runs" / f"{head.digest()[:12]}-{cfg.seed}"
+    t0 = time.time()
+    model, history = fit_joint(head, backbone, train_t, dev_t, dev_keys, cfg, run_folder, hard=hard,
+                               train_mask=cand_mask, log=log)
+    seconds = round(time.time() - t0, 1)
+    best = max(history, key=lambda r: (r["mean R@1"], r["mean R@10"]))
+    new_dev = cache_sets(model, backbone, devs, folder)
+    (new_test,) = cache_sets(model, backbone, [test], folder)
+    rows = [score_row("starting head (α + r = 64 adapter, ρ as shipped)", head, local(dev_s, usable), dev_keys,
+                      test_s, keys, {}),
+            score_row("joint fine-tune of ρ, α and the r = 64 adapter", model, local(new_dev, usable), dev_keys,
+                      new_test, keys, {"settings": asdict(cfg), "best step": best["step"],
+                                       "steps run": history[-1]["step"], "seconds this call": seconds,
+                                       "log": history})]
+    result = {"head": display_path(head_path), "n_context": head.config.n_context,
+              "train sets": {t.name: len(t.texts) for t in train_t}, "dev sets": {t.name: len(t.texts) for t in dev_t},
+              "new_wiki test": len(test.texts), "rows": rows, "markdown": grid_markdown(rows)}
+    if out:
+        Path(out).write_text(json.dumps(result, indent=1))
+    if save:
+        model.config.fusion_weight = fit_fusion_on_dev(model, index, devs, new_dev, keys, usable)
+        model.config.provenance = head.config.provenance | {"joint": asdict(cfg), "joint_row": rows[1] | {"log": []}}
+        model.save(save)
+    return result
