@@ -27,9 +27,9 @@ from unreal_demo.core.cpu import status_line
 from unreal_demo.core.head import QueryHead, untrained_head
 from unreal_demo.data.sources import load_squad
 from unreal_demo.pipeline import Explorer
-from unreal_demo.retrieval.registry import MemoryStore
 from unreal_demo.retrieval.unreal import contexts, query_vectors
 from unreal_demo.settings import DEFAULT_HEADS, DEFAULT_MODEL
+from unreal_demo.store.memory import MemoryStore
 
 SETTINGS = {  # name → head overrides; the first is the shipped head's shape
     "|C0| = 2, R = 32, no P (shipped)": {},

@@ -29,8 +29,9 @@ from .core.head import QueryHead, untrained_head
 from .core.selection import select_top_n
 from .data.textio import check_text
 from .errors import InputError
-from .retrieval.registry import METHODS, MemoryStore, all_scores, check
+from .retrieval.registry import METHODS, all_scores, check
 from .settings import CHUNK_TOKENS, DEFAULT_HEADS, DEFAULT_MODEL, MAX_CHARS, MAX_N, display_path
+from .store.memory import MemoryStore
 
 
 @dataclass

@@ -16,8 +16,9 @@ from unreal_demo.core.selection import reciprocal_rank_fusion
 from unreal_demo.data.sources import Passage
 from unreal_demo.pipeline import Explorer
 from unreal_demo.retrieval.hits import search
-from unreal_demo.retrieval.registry import MemoryStore, RetrievalError, retrieve, unsupported
+from unreal_demo.retrieval.registry import RetrievalError, retrieve, unsupported
 from unreal_demo.store import index as idx
+from unreal_demo.store.memory import MemoryStore
 
 PASSAGES = [Passage(f"p{i}", f"Title {i}", f"Passage {i} tells that item {i} weighs {i * 3} kilograms. " * (1 + i % 3),
                     "test") for i in range(23)]

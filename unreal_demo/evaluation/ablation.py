@@ -28,8 +28,9 @@ from ..core.shipped_keys import shipped_path, training_keys
 from ..core.training import TrainConfig, head_at_checkpoint, sample_dev, splits, train
 from ..errors import InputError
 from ..pipeline import Explorer
-from ..retrieval.registry import MemoryStore, all_scores
+from ..retrieval.registry import all_scores
 from ..settings import cache_dir
+from ..store.memory import MemoryStore
 from .results import write_result
 from .retrieval import corpus_store, fit_fusion_weight, metrics, rankings
 

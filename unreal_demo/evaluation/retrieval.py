@@ -27,8 +27,9 @@ from ..core.encoding import cached_encode
 from ..core.selection import zscore
 from ..data.sources import Passage, load_squad, load_summaries, read_jsonl
 from ..errors import UserError
-from ..retrieval.registry import METHODS, MemoryStore, check, retrieve
+from ..retrieval.registry import METHODS, check, retrieve
 from ..settings import DEFAULT_MODEL
+from ..store.memory import MemoryStore
 from .results import write_result
 
 KS = (1, 5, 10, 20)
@@ -100,7 +101,7 @@ def top(scores: torch.Tensor, k: int = 100) -> list[list[int]]:
 
 
 def corpus_store(texts: Sequence[str], explorer=None, keep_tokens: bool = False) -> MemoryStore:
-    """A :class:`retrieval.MemoryStore` over a corpus whose chunk encodings (at the head's ℓc) come from the
+    """A :class:`store.memory.MemoryStore` over a corpus whose chunk encodings (at the head's ℓc) come from the
     on-disk cache on first use; ``keep_tokens`` keeps the token states of that pass (for ``sparse``).
     Without an explorer the store serves BM25 and dense only."""
     if explorer is None:

@@ -25,6 +25,9 @@ from typing import Any, TypeVar
 import torch
 
 from ..errors import InputError
+from ..store.base import topk
+
+__all__ = ["ALL_SCOPES", "Retrieval", "RetrievalError", "Retriever", "chunk_order", "timed", "topk"]
 
 T = TypeVar("T")
 ALL_SCOPES = frozenset({"document", "corpus", "index"})
@@ -91,11 +94,6 @@ def timed(timings: dict[str, float], name: str, fn: Callable[[], T]) -> T:
     out = fn()
     timings[name] = timings.get(name, 0.0) + time.perf_counter() - t0
     return out
-
-
-def topk(scores: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Scores and ids ``(Q, k)`` best first of scores ``(Q, M)`` in chunk order."""
-    return torch.topk(scores, min(k, scores.shape[1]), dim=1)
 
 
 def chunk_order(ids: torch.Tensor, scores: torch.Tensor, size: int) -> torch.Tensor:

@@ -1,9 +1,10 @@
 """What every chunk store offers the retrievers (:mod:`retrieval`): a :class:`ChunkStore`.
 
-A store holds data and scans it; it knows no method names. :class:`retrieval.registry.MemoryStore` (a document or a
-corpus in memory), :class:`index.Index` (the sharded on-disk index) and :class:`qdrant.QdrantStore` implement it.
+A store holds data and scans it; it knows no method names. :class:`memory.MemoryStore` (a document or a corpus in
+memory), :class:`index.Index` (the sharded on-disk index) and :class:`qdrant.QdrantStore` implement it.
 A retriever asks :meth:`ChunkStore.lacks` for the data it needs (``keys``, ``dense``, ``token_states``) before it
-reads it; reading data a store does not keep raises the store's own :class:`errors.UserError`.
+reads it; reading data a store does not keep raises the store's own :class:`errors.UserError` (:class:`StoreError`,
+:class:`index.IndexStoreError`).
 """
 
 from __future__ import annotations
@@ -12,6 +13,17 @@ from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
 import torch
+
+from ..errors import UserError
+
+
+class StoreError(UserError, ValueError):
+    """Data a store does not keep was read (chunk encodings without the model, token states not kept)."""
+
+
+def topk(scores: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Scores and ids ``(Q, k)`` best first of scores ``(Q, M)`` in chunk order (``k`` clamped to M)."""
+    return torch.topk(scores, min(k, scores.shape[1]), dim=1)
 
 
 @runtime_checkable

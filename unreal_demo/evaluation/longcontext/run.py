@@ -24,7 +24,8 @@ from ...core.encoding import cached_encode
 from ...core.generation import ANSWER_RULE, DEFAULT_PROMPT, fits_window, prompt_ids
 from ...core.selection import select_top_n
 from ...errors import InputError
-from ...retrieval.registry import METHODS, MemoryStore, all_scores, check
+from ...retrieval.registry import METHODS, all_scores, check
+from ...store.memory import MemoryStore
 from ..answers import AnswerCache, answer_cache, keeps
 from ..metrics import contained, exact_match, f1
 from ..qa import BOUNDS
