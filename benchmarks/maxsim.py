@@ -23,8 +23,8 @@ GMAC/s and the fraction of its measured fp32 matmul peak, and whether its top-10
 With ``--index`` (default: the shipped index when present) it also times ``Index.maxsim_topk`` on that index
 (compressed keys decoded once) through each path for queries made of its own keys, with their top-10 equality.
 Every result records the CPU line of :func:`unreal_demo.core.cpu.status_line`, the flags, the load average at the
-start and the share of the cores other processes used during the run (``machine_busy`` when either says the
-timings are not valid).
+start and the share of the cores other processes used during the run (``machine_busy`` when that share is over 10%:
+the timings are not valid).
 """
 
 from __future__ import annotations
@@ -350,7 +350,7 @@ def main() -> None:
     others = others_cpu_share(start)
     result |= {"load_average_after": list(os.getloadavg()), "other_processes_cpu_share": others}
     load = limits["load_average_1_5_15"][0]
-    if load > 0.5 or others > 0.1:
+    if others > 0.1:  # measured over the run itself; the load average at the start lags by a minute
         result["machine_busy"] = (f"load {load:.2f} at the start, other processes used {others:.0%} of the cores "
                                   "during the run: timings not valid")
         print(result["machine_busy"])
