@@ -152,6 +152,18 @@ def test_product_quantised_dense_vectors_search_as_decoded(tmp_path, tiny, explo
         idx.Index(tmp_path / "pq")
 
 
+def test_the_index_bm25_is_the_project_bm25_loaded_from_disk(tmp_path, tiny):
+    """One BM25 type: the index's saved bm25s index comes back as a core.selection.BM25 scoring as one built anew."""
+    from unreal_demo.core.selection import BM25
+
+    build(tmp_path, tiny)
+    ix = idx.Index(tmp_path / "ix")
+    assert (tmp_path / "ix" / "bm25").is_dir() and isinstance(ix.bm25, BM25) and ix.bm25.size == len(ix)
+    queries = ["item 7 weighs", "kilograms", "the of"]  # the last: stop words only, a row of zeros
+    assert torch.equal(ix.bm25_scores(queries), BM25(ix.texts).scores(queries))
+    assert ix.bm25_scores(queries)[2].abs().sum() == 0
+
+
 def test_index_and_memory_store_give_the_same_rankings(tmp_path, tiny, explorer):
     """The one query path over the two stores: an fp16 index and the same chunks in memory agree."""
     idx.build_index(tmp_path / "ix", tiny, PASSAGES, layer=3, shard_size=5, dense=False)

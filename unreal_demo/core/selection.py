@@ -13,6 +13,7 @@ Example
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 
 import bm25s
 import numpy as np
@@ -48,6 +49,17 @@ class BM25:
         self.size = len(texts)
         self.retriever = bm25s.BM25()
         self.retriever.index(self._tokenize(texts), show_progress=False)
+
+    @classmethod
+    def load(cls, folder: str | Path, size: int) -> BM25:
+        """The index :meth:`save` wrote to ``folder``, over ``size`` texts (nothing is tokenised again)."""
+        out = cls.__new__(cls)
+        out.size, out.retriever = size, bm25s.BM25.load(str(folder))
+        return out
+
+    def save(self, folder: str | Path) -> None:
+        """Write the ``bm25s`` index to ``folder`` (read back by :meth:`load`)."""
+        self.retriever.save(str(folder))
 
     @staticmethod
     def _tokenize(texts: Sequence[str]):

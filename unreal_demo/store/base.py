@@ -4,7 +4,8 @@ A store holds data and scans it; it knows no method names. :class:`memory.Memory
 memory), :class:`index.Index` (the sharded on-disk index) and :class:`qdrant.QdrantStore` implement it.
 A retriever asks :meth:`ChunkStore.lacks` for the data it needs (``keys``, ``dense``, ``token_states``) before it
 reads it; reading data a store does not keep raises the store's own :class:`errors.UserError` (:class:`StoreError`,
-:class:`index.IndexStoreError`).
+:class:`index.IndexStoreError`). Every store scores BM25 one way, through :class:`TextStore` (one BM25 type,
+:class:`core.selection.BM25`).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Protocol, runtime_checkable
 
 import torch
 
+from ..core.selection import BM25
 from ..errors import UserError
 
 
@@ -42,6 +44,10 @@ class ChunkStore(Protocol):
     def check_backbone(self, backbone, layer: int) -> None:
         """Raise unless the store's keys come from this model and ℓc."""
 
+    @property
+    def bm25(self) -> BM25:
+        """BM25 over the chunk texts (:class:`core.selection.BM25`, the one BM25 type of every store)."""
+
     def bm25_scores(self, queries: Sequence[str]) -> torch.Tensor:
         """BM25 score of every chunk ``(Q, M)`` (:class:`core.selection.BM25` over the chunk texts)."""
 
@@ -60,3 +66,26 @@ class ChunkStore(Protocol):
 
     def chunk_means(self) -> torch.Tensor:
         """Each chunk's mean pooled state ``(M, d)``."""
+
+
+class TextStore:
+    """What a store derives from its chunk texts alone: :class:`core.selection.BM25` over them (built in memory on
+    first use; a store that keeps one on disk overrides :attr:`bm25`), every chunk's BM25 score and the BM25 top-k.
+    The chunk stores inherit it, so BM25 is scored one way over any of them."""
+
+    texts: list[str]
+    _bm25: BM25 | None = None
+
+    @property
+    def bm25(self) -> BM25:
+        if self._bm25 is None:
+            self._bm25 = BM25(self.texts)
+        return self._bm25
+
+    def bm25_scores(self, queries: Sequence[str]) -> torch.Tensor:
+        """BM25 score of every chunk, ``(Q, M)``."""
+        return self.bm25.scores(queries)
+
+    def bm25_topk(self, queries: Sequence[str], k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """BM25 scores and chunk ids ``(Q, k)``, best first."""
+        return topk(self.bm25_scores(queries), k)

@@ -43,10 +43,11 @@ from ..core.codec import load as load_codec
 from ..core.cpu import choose
 from ..core.encoding import encode_chunks
 from ..core.maxsim import inverse_norms, maxsim, scan_error_bound
-from ..core.selection import BM25, score_rows
+from ..core.selection import BM25
 from ..data.sources import Passage, sha256_file
 from ..errors import UserError
 from ..settings import CHUNK_TOKENS, cache_dir
+from .base import TextStore
 
 RESCORE = 32  # candidates beyond k that a scan with rounded query scores re-scores in fp32 (Index.maxsim_topk)
 RESCORE_BUDGET = 16_384  # most (query, candidate) pairs one re-scoring gathers (~264 MB of fp32 keys at 7 × 576);
@@ -143,7 +144,7 @@ def build_index(
                     p = passages[c.doc]
                     f.write(json.dumps({"id": c.id, "passage": p.id, "title": p.title, "source": p.source,
                                         "text": c.text, "tokens": c.tokens}) + "\n")
-            BM25([c.text for c in chunks]).retriever.save(str(out / "bm25"))
+            BM25([c.text for c in chunks]).save(out / "bm25")
             _write_json(manifest_path, identity | {
                 "head_independent": True, "chunks": len(chunks), "passages": len(passages),
                 "tokens": sum(c.tokens for c in chunks), "shards": []})
@@ -262,7 +263,7 @@ def _role(name: str) -> str:
     return next(role for role, mark in ROLES if mark in name)
 
 
-class Index:
+class Index(TextStore):
     """A built index opened for search: shards memory-mapped, checksums verified on open.
 
     Parameters
@@ -299,7 +300,7 @@ class Index:
                 arrays[_role(name)] = np.load(path, mmap_mode="c")  # copy-on-write: never written
             self.shards.append(arrays)
         self._chunks: list[dict] | None = None
-        self._bm25 = None
+        self._bm25: BM25 | None = None
         self._pool: ThreadPoolExecutor | None = None
 
     def _codec_file(self, name: str, verify: bool) -> Codec:
@@ -376,27 +377,18 @@ class Index:
             raise IndexStoreError(f"index built with {m['model']} ({m['revision']}) at ℓc={m['chunk_layer']}; "
                                   f"the loaded model is {backbone.name} ({backbone.revision}) with ℓc={layer}")
 
-    def bm25(self):
-        """The bm25s index: loaded from ``bm25/``, or built in memory from the chunk texts (seconds)."""
+    @property
+    def bm25(self) -> BM25:
+        """BM25 over the chunk texts: loaded from ``bm25/``, or built in memory from them (seconds)."""
         if self._bm25 is None:
-            import bm25s
-
             folder = self.folder / "bm25"
-            self._bm25 = bm25s.BM25.load(str(folder)) if folder.exists() else BM25(self.texts).retriever
+            self._bm25 = BM25.load(folder, len(self)) if folder.exists() else BM25(self.texts)
         return self._bm25
 
     @functools.cached_property
     def texts(self) -> list[str]:
         """Every chunk's text, in chunk-id order."""
         return [c["text"] for c in self.chunks]
-
-    def bm25_scores(self, queries: Sequence[str]) -> torch.Tensor:
-        """BM25 score of every chunk, ``(Q, M)``."""
-        return score_rows(self.bm25(), queries, len(self))
-
-    def bm25_topk(self, queries: Sequence[str], k: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """BM25 scores and chunk ids ``(B, k)``, best first (ties broken as for an in-memory store)."""
-        return torch.topk(self.bm25_scores(queries), min(k, len(self)), dim=1)
 
     def _stream_topk(self, k: int, b: int, score: Callable[[dict], torch.Tensor],
                      shards: Sequence[int] | None = None) -> tuple[torch.Tensor, torch.Tensor]:

@@ -18,10 +18,10 @@ import torch
 
 from ..core.maxsim import maxsim, normalize_chunks
 from ..core.selection import BM25
-from .base import StoreError, topk
+from .base import StoreError, TextStore, topk
 
 
-class MemoryStore:
+class MemoryStore(TextStore):
     """Chunks held in memory: a pasted document, a corpus, a long context.
 
     Parameters
@@ -73,12 +73,6 @@ class MemoryStore:
         return len(self.texts)
 
     @property
-    def bm25(self) -> BM25:
-        if self._bm25 is None:
-            self._bm25 = BM25(self.texts)
-        return self._bm25
-
-    @property
     def keys(self) -> torch.Tensor:
         """Raw pooled chunk states ``(M, L_p, d)``.
 
@@ -91,13 +85,6 @@ class MemoryStore:
         if self._keys is None:
             raise StoreError("this store holds no chunk encodings (UNREAL needs the model)")
         return self._keys
-
-    def bm25_scores(self, queries: Sequence[str]) -> torch.Tensor:
-        """BM25 score of every chunk, ``(Q, M)``."""
-        return self.bm25.scores(queries)
-
-    def bm25_topk(self, queries: Sequence[str], k: int) -> tuple[torch.Tensor, torch.Tensor]:
-        return topk(self.bm25_scores(queries), k)
 
     def scoring_keys(self, normalize: bool) -> torch.Tensor:
         """The keys MaxSim scores against: L2-normalised (computed once) for a head with ``normalize``."""

@@ -45,6 +45,7 @@ import torch
 
 from ..core.selection import BM25
 from ..data.sources import Passage
+from .base import TextStore
 from .index import Index, IndexStoreError
 
 EDGE, SERVER = "qdrant-edge:", "qdrant:"
@@ -325,7 +326,7 @@ def _backend(spec: str) -> _Edge | _Server:
     raise IndexStoreError(f"store {spec!r} not understood: use {STORE_HELP}")
 
 
-class QdrantStore:
+class QdrantStore(TextStore):
     """A chunk store in Qdrant, searched as an :class:`index.Index` is (see the module docstring).
 
     Parameters
@@ -423,16 +424,6 @@ class QdrantStore:
         if role == "token_states":
             return "--token-states (not kept in a Qdrant store: search the index folder)"
         return "--dense" if role == "dense" and not self._meta["dense"] else None
-
-    def bm25_scores(self, queries: Sequence[str]) -> torch.Tensor:
-        """BM25 score of every chunk, ``(Q, M)`` (bm25s over the chunk texts, built in memory on first use)."""
-        if self._bm25 is None:
-            self._bm25 = BM25(self.texts)
-        return self._bm25.scores(queries)
-
-    def bm25_topk(self, queries: Sequence[str], k: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """BM25 scores and chunk positions ``(B, k)``, best first."""
-        return torch.topk(self.bm25_scores(queries), min(k, len(self)), dim=1)
 
     def _topk(self, using: str, queries: list[list], k: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Qdrant's top-``k`` per query as scores and positions ``(B, k)``."""
