@@ -7,7 +7,7 @@ import torch
 from unreal_demo.core.head import HeadConfig, QueryHead
 from unreal_demo.core.maxsim import normalize_chunks
 from unreal_demo.core.state_training import StateSet, StateTrainConfig
-from unreal_demo.evaluation.adapter_run import Variant, run_variants
+from unreal_demo.evaluation.adapter_run import Variant, centred_keys, run_variants
 
 
 def test_positives_are_global_ids_and_held_out_chunks_stay_out():
@@ -31,3 +31,40 @@ def test_positives_are_global_ids_and_held_out_chunks_stay_out():
     assert rows[0]["dev toy R@1"] == 1.0 and rows[0]["test new_wiki R@1"] == 1.0  # identity: each query = its key
     assert rows[1]["dev mean R@1"] >= rows[0]["dev mean R@1"]  # the best dev step is kept (step 0 included)
     assert set(heads) == {"r = 2"} and heads["r = 2"].config.adapter_rank == 2
+
+
+class _Index:
+    """The two things :func:`centred_keys` reads from an index: its shards and each shard's raw keys."""
+
+    def __init__(self, parts: list[torch.Tensor]) -> None:
+        self.shards = parts
+
+    def vectors(self, shard: torch.Tensor) -> torch.Tensor:
+        return shard
+
+
+def test_centred_keys_subtract_the_index_mean_before_the_norm():
+    gen = torch.Generator().manual_seed(0)
+    raw = torch.randn(6, 3, 8, generator=gen) + torch.tensor([9.0] + [0.0] * 7)  # one outlier dimension
+    keys, mu = centred_keys(_Index([raw[:4], raw[4:]]))
+    assert torch.allclose(mu, raw.reshape(-1, 8).mean(0))
+    assert torch.allclose(keys, normalize_chunks(raw - raw.reshape(-1, 8).mean(0)))
+    assert keys.shape == raw.shape and torch.allclose(keys.norm(dim=-1), torch.ones(6, 3))
+
+
+def test_a_centred_variant_trains_and_scores_on_the_centred_keys():
+    torch.manual_seed(0)
+    d, n = 8, 24
+    head = QueryHead(HeadConfig(model="toy", hidden_size=d, n_layers=1, chunk_layer=1, n_ret=1, n_groups=1))
+    base = torch.randn(n, d)
+    keys = normalize_chunks(base.unsqueeze(1))
+    usable = torch.ones(n, dtype=torch.bool)
+    groups = base.view(n, 1, 1, d)
+    train = [StateSet("toy", groups[:16], [[i] for i in range(16)])]
+    dev = [StateSet("toy", groups[16:], [[i] for i in range(16, n)])]
+    centred = -keys  # every query now points away from its own chunk: R@1 on these keys is 0
+    rows, _ = run_variants(head, train, dev, dev[0], keys, usable, usable,
+                           [Variant("c", ("toy",), StateTrainConfig(rank=0, steps=2, batch=4, dev_every=2), True)],
+                           log=lambda row: None, centred=centred)
+    assert [r["variant"] for r in rows] == ["shipped head (no adapter)", "shipped head (no adapter), keys centred", "c"]
+    assert rows[0]["dev toy R@1"] == 1.0 and rows[1]["dev toy R@1"] == 0.0 and rows[2]["keys"].startswith("centred")

@@ -126,6 +126,18 @@ def cached_sets(index, n_context: int, folder) -> tuple[list[Questions], list[Qu
     return trains, devs, test
 
 
+def centred_keys(index) -> tuple[torch.Tensor, torch.Tensor]:
+    """The index's keys centred on their mean vector, then normalised ``(M, L_p, d)``, and that mean ``(d,)``.
+
+    A MaxSim score with a normalised query moves by the same −⟨q, μ⟩ for every chunk, so centring changes a
+    ranking only through each vector's norm ‖k − μ‖ (against ‖k‖): the few large outlier dimensions of ℓc's
+    residual stream, nearly constant across chunks, stop dominating it. An index would carry μ as one stored
+    vector beside its codes."""
+    raw = torch.cat([index.vectors(shard) for shard in index.shards]).float()  # (M, L_p, d)
+    mu = raw.reshape(-1, raw.shape[-1]).mean(0)  # (d,)
+    return normalize_chunks(raw - mu), mu
+
+
 def masks(index) -> tuple[torch.Tensor, torch.Tensor]:
     """:func:`pool_of`'s two masks, without decoding any key."""
     dev_titles = {p.title for p in article_split("squad_dev")[1][0]}
@@ -188,13 +200,17 @@ class Variant:
     label: str
     sources: tuple[str, ...]
     cfg: StateTrainConfig
+    centre: bool = False  # train and score against keys centred on the index's mean vector (:func:`centred_keys`)
 
 
 def run_variants(head, train: list[StateSet], dev: list[StateSet], test: StateSet, keys: torch.Tensor,
                  usable: torch.Tensor, train_mask: torch.Tensor, variants: list[Variant],
-                 log=print, keep=None) -> tuple[list[dict], dict]:
+                 log=print, keep=None, centred: torch.Tensor | None = None) -> tuple[list[dict], dict]:
     """Train each variant, score it on the dev sets (over the usable chunks) and the New-Wiki test set (over
     the whole index). Returns the rows (the starting head first) and the trained heads by label.
+
+    ``centred``: the index's keys centred on its mean vector and normalised (:func:`centred_keys`), which the
+    variants with ``centre`` train and score against (with the starting head's row on them first).
 
     ``keep``: a folder where each finished variant's head and row are written; a variant found there is loaded,
     not trained again, so a killed grid resumes after its last finished variant."""
@@ -204,18 +220,22 @@ def run_variants(head, train: list[StateSet], dev: list[StateSet], test: StateSe
 
     from ..core.head import QueryHead
 
-    dev_keys = keys[usable]
     dev_local, train_local = local(dev, usable), local(train, usable)
 
-    def row(label: str, model, extra: dict) -> dict:
-        return score_row(label, model, dev_local, dev_keys, test, keys, extra)
+    def row(label: str, model, extra: dict, centre: bool = False) -> dict:
+        k = centred if centre else keys
+        return score_row(label, model, dev_local, k[usable], test, k, extra)
 
     rows, heads = [row("shipped head (no adapter)", head, {})], {}
     log(rows[-1])
+    if any(v.centre for v in variants):
+        rows.append(row("shipped head (no adapter), keys centred", head, {}, centre=True))
+        log(rows[-1])
     for v in variants:
         slot = None
         if keep is not None:
-            key = json.dumps([v.label, v.sources, asdict(v.cfg), head.digest()], sort_keys=True)
+            key = json.dumps([v.label, v.sources, asdict(v.cfg), head.digest(), *(["centred"] if v.centre else [])],
+                             sort_keys=True)
             slot = Path(keep) / hashlib.sha1(key.encode()).hexdigest()[:16]
         if slot is not None and (slot / "row.json").exists():
             rows.append(json.loads((slot / "row.json").read_text()))
@@ -224,11 +244,13 @@ def run_variants(head, train: list[StateSet], dev: list[StateSet], test: StateSe
             continue
         t0 = time.time()
         sets = [s for s in train_local if s.name in v.sources]
-        model, history = fit_states(head, sets, dev_local, dev_keys, v.cfg, train_mask[usable])
+        k = centred if v.centre else keys
+        model, history = fit_states(head, sets, dev_local, k[usable], v.cfg, train_mask[usable])
         best = max(history, key=lambda r: (r["mean R@1"], r["mean R@10"]))
         rows.append(row(v.label, model, {"sources": "+".join(v.sources), "settings": asdict(v.cfg),
                                          "best step": best["step"], "steps run": history[-1]["step"],
-                                         "seconds": round(time.time() - t0, 1), "log": history}))
+                                         "seconds": round(time.time() - t0, 1), "log": history}
+                        | ({"keys": "centred on the index mean"} if v.centre else {}), centre=v.centre))
         heads[v.label] = model
         if slot is not None:
             model.save(slot / "head")
@@ -267,6 +289,8 @@ GRID = {  # label → (train sets, overrides of StateTrainConfig): what the dev 
     "r = 64, SQuAD only": (("squad",), {"rank": 64}),
     "r = 64, mix, adapter alone (α fixed)": (("nq", "tqa", "squad"), {"rank": 64, "train_alpha": False}),
     "r = 64, mix, whole-pool negatives": (("nq", "tqa", "squad"), {"rank": 64, "negatives": "pool"}),
+    "α alone, mix, keys centred": (("nq", "tqa", "squad"), {"rank": 0, "centre": True}),
+    "r = 64, mix, cleaner positives, keys centred": (("nq@3", "tqa@3", "squad"), {"rank": 64, "centre": True}),
 }
 
 
@@ -294,10 +318,12 @@ def run(head_path: str, n_context: int | None = None, labels: list[str] | None =
     keys, usable, train_mask = pool_of(index)
     train_s += cleaner(index, usable, trains, train_s, depth=3)
     d = head.config.hidden_size
-    variants = [Variant(label, sources, StateTrainConfig(**({"steps": steps} | o | (
-        {"rank": d} if o.get("rank") == -1 else {})))) for label, (sources, o) in GRID.items()
+    variants = [Variant(label, sources, StateTrainConfig(**({"steps": steps} | {k: v for k, v in o.items()
+                                                                               if k != "centre"} | (
+        {"rank": d} if o.get("rank") == -1 else {}))), o.get("centre", False)) for label, (sources, o) in GRID.items()
         if labels is None or label in labels]
-    rows, heads = run_variants(head, train_s, dev_s, test_s, keys, usable, train_mask, variants,
+    centred = centred_keys(index)[0] if any(v.centre for v in variants) else None
+    rows, heads = run_variants(head, train_s, dev_s, test_s, keys, usable, train_mask, variants, centred=centred,
                                keep=cache_dir() / "adapter_variants")
     base = {"BM25": bm25_recall, "dense MiniLM": dense_recall}
     reference = []
