@@ -18,7 +18,6 @@ from unreal_demo.pipeline import Explorer
 from unreal_demo.retrieval.hits import search
 from unreal_demo.retrieval.registry import RetrievalError, retrieve, unsupported
 from unreal_demo.store import index as idx
-from unreal_demo.store.memory import MemoryStore
 
 PASSAGES = [Passage(f"p{i}", f"Title {i}", f"Passage {i} tells that item {i} weighs {i * 3} kilograms. " * (1 + i % 3),
                     "test") for i in range(23)]
@@ -162,19 +161,6 @@ def test_the_index_bm25_is_the_project_bm25_loaded_from_disk(tmp_path, tiny):
     queries = ["item 7 weighs", "kilograms", "the of"]  # the last: stop words only, a row of zeros
     assert torch.equal(ix.bm25_scores(queries), BM25(ix.texts).scores(queries))
     assert ix.bm25_scores(queries)[2].abs().sum() == 0
-
-
-def test_index_and_memory_store_give_the_same_rankings(tmp_path, tiny, explorer):
-    """The one query path over the two stores: an fp16 index and the same chunks in memory agree."""
-    idx.build_index(tmp_path / "ix", tiny, PASSAGES, layer=3, shard_size=5, dense=False)
-    ix = idx.Index(tmp_path / "ix")
-    texts = [c["text"] for c in ix.chunks]
-    store = MemoryStore(texts, encode_chunks(tiny, texts, 3, 7))
-    queries = ["item 7 weighs", "Passage 12 tells", "kilograms"]
-    for method in ("bm25", "unreal", "hybrid-rrf"):
-        a, b = retrieve(ix, explorer, queries, 5, method), retrieve(store, explorer, queries, 5, method)
-        assert a.ids == b.ids, method
-        assert torch.allclose(torch.tensor(a.scores), torch.tensor(b.scores), atol=2e-3), method
 
 
 def test_methods_the_index_lacks_are_refused(tmp_path, tiny, explorer):
