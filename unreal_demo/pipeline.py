@@ -29,6 +29,7 @@ from .core.head import QueryHead, untrained_head
 from .core.selection import select_top_n
 from .data.textio import check_text
 from .errors import InputError
+from .retrieval.evidence import group_similarities, sparse_matches
 from .retrieval.registry import METHODS, all_scores, check
 from .settings import CHUNK_TOKENS, DEFAULT_HEADS, DEFAULT_MODEL, MAX_CHARS, MAX_N, display_path
 from .store.memory import MemoryStore
@@ -246,19 +247,15 @@ class Explorer:
         scores = every[0]  # (M,) in chunk order
         sims = {}
         if found.query_vectors is not None:
-            q, normed = found.query_vectors[0], store.scoring_keys(self.head.config.normalize)  # (G, d), (M, L_p, d)
             top = torch.topk(scores, min(len(chunks), max(n, 3))).indices.tolist()
-            sims = {i: (q @ normed[i].T).tolist() for i in top}  # G × L_p per top chunk
+            keys = store.scoring_keys(self.head.config.normalize)[top]  # (top, L_p, d)
+            sims = dict(zip(top, group_similarities(found.query_vectors[0], keys).tolist(), strict=True))  # G × L_p
             if not self.trained:
                 notices.append("this head is UNTRAINED (random ρ): UNREAL scores are not meaningful yet")
         ranking = Ranking(method, chunks, scores.tolist(), select_top_n(scores, n), timings, notices, sims)
-        if method == "sparse":  # the stored tokens each question token retrieved: the evidence it counts
-            from .retrieval.sparse import query_token_states, retrieved_tokens
-
-            qt = query_token_states(self.backbone, [question], self.head.config.chunk_layer)[0]  # (T_q, d)
-            ranking.matched_tokens = retrieved_tokens(qt, store.token_parts)
-            ids = self.backbone.tokenizer(question, add_special_tokens=False)["input_ids"][: len(qt)]
-            ranking.query_tokens = [self.backbone.tokenizer.decode([t]) for t in ids]
+        if found.token_states is not None:  # sparse: the stored tokens each question token retrieved
+            ranking.matched_tokens, ranking.query_tokens = sparse_matches(
+                self.backbone.tokenizer, question, found.token_states[0], store.token_parts)
         return ranking
 
     def stream(self, ranking: Ranking, question: str, rule: AnswerRule = ANSWER_RULE) -> Iterator[Generation]:

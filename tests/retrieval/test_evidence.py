@@ -114,3 +114,28 @@ class TestSparseEvidence:
         assert marks and all("counted for question token" in tip for *_, tip in marks)
         assert "unreal-tok" in evidence_html(explorer, ranking, "What is the zebra code?")
         assert not explorer.rank([doc], "What is the zebra code?", n=2, method="bm25").matched_tokens
+
+    def test_the_sparse_evidence_reuses_the_searchs_question_states(self, tiny, monkeypatch):
+        """rank(method="sparse") encodes the question once: the evidence reads the search's own token states."""
+        from unreal_demo.core.head import untrained_head
+        from unreal_demo.pipeline import Explorer
+        from unreal_demo.retrieval import sparse
+
+        explorer = Explorer(tiny, untrained_head(tiny, n_ret=4, n_groups=2, chunk_layer=3), None)
+        calls, real = [], sparse.query_states
+        monkeypatch.setattr(sparse, "query_states", lambda *a, **k: calls.append(a[1]) or real(*a, **k))
+        ranking = explorer.rank(["The zebra code is 4417. " + "Cats sleep a lot. " * 30], "zebra code?", n=2,
+                                method="sparse")
+        assert calls == [["zebra code?"]] and ranking.matched_tokens and len(ranking.query_tokens) >= 2
+
+
+def test_group_similarities_sum_to_the_maxsim_score():
+    from unreal_demo.core.maxsim import maxsim_reference
+    from unreal_demo.retrieval.evidence import group_similarities
+
+    gen = torch.Generator().manual_seed(0)
+    q, keys = torch.randn(3, 8, generator=gen), torch.randn(5, 4, 8, generator=gen)  # (G, d), (k, L_p, d)
+    sims = group_similarities(q, keys)  # (k, G, L_p)
+    assert sims.shape == (5, 3, 4)
+    torch.testing.assert_close(sims.amax(-1).sum(-1), maxsim_reference(q[None], keys)[0])
+

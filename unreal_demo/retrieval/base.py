@@ -39,13 +39,15 @@ class RetrievalError(InputError):
 
 @dataclass
 class Retrieval:
-    """Top-k chunk ids and scores per query (best first), timings in seconds, and UNREAL's query vectors."""
+    """Top-k chunk ids and scores per query (best first), timings in seconds, and the evidence the method computed:
+    UNREAL's query vectors, the fusion weight, sparse's question token states."""
 
     ids: list[list[int]]
     scores: list[list[float]]
     timings: dict[str, float] = field(default_factory=dict)
     query_vectors: torch.Tensor | None = None  # (Q, G, d) for unreal and the hybrids
     fusion_weight: float | None = None
+    token_states: list[torch.Tensor] | None = None  # sparse: each query's normalised token states (T_q, d)
 
 
 class Retriever(ABC):

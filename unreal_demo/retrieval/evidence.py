@@ -3,13 +3,17 @@
 - **UNREAL** (Eqs. 1 and 4): a chunk's key is L_p vectors, each the mean of one contiguous run of its
   tokens (:func:`core.encoding.group_weights`). :func:`segment_spans` maps those runs back to character
   spans, and :func:`unreal_segments` gives each span the best ⟨q_g, k_{i,p}⟩ over the query groups g and
-  the group that reached it; Eq. 4 sums, over g, the best of these per group.
+  the group that reached it; Eq. 4 sums, over g, the best of these per group. :func:`group_similarities`
+  computes those ``G × L_p`` similarities, and :func:`scored_segments` scores a chunk's spans by them.
 - **BM25**: :func:`bm25_terms` marks the words whose stem is one of the question's terms, tokenised as
   :class:`core.selection.BM25` tokenises (words of two or more characters, English stop words out,
   Snowball stems).
-- **Sparse** token matching: :func:`token_spans` maps a chunk's stored token states to characters, so the
-  tokens each question token retrieved (:func:`retrieval.sparse.retrieved_tokens`) can be marked.
+- **Sparse** token matching: :func:`sparse_matches` gives, per chunk, the stored tokens each question token
+  retrieved (:func:`retrieval.sparse.retrieved_tokens`) and the question's tokens as text; :func:`token_spans`
+  maps a chunk's stored token states to characters, so :func:`matched_token_spans` can mark them.
 - Dense retrieval scores one vector per chunk: it does not localise evidence, so it gets no spans.
+
+The front ends only present these (``ui/evidence.py`` writes them as HTML).
 
 Example
 -------
@@ -26,9 +30,11 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import torch
 from bm25s.stopwords import STOPWORDS_EN
 
 from ..core.selection import STEMMER
+from .sparse import retrieved_tokens
 
 _WORD = re.compile(r"(?u)\b\w\w+\b")  # bm25s's default token pattern
 
@@ -100,3 +106,42 @@ def bm25_terms(question: str, text: str) -> list[tuple[int, int, str]]:
     """Character spans of the words of ``text`` that BM25 matched against ``question``, with their stem."""
     wanted = {stem for *_, stem in _stems(question)}
     return [(s, e, stem) for s, e, stem in _stems(text) if stem in wanted]
+
+
+def scored_segments(tokenizer, text: str, n_pool: int, max_tokens: int,
+                    group_sims: Sequence[Sequence[float]]) -> list[Segment]:
+    """The pooled spans of one chunk (:func:`segment_spans`) scored by its ``G × L_p`` similarities
+    (:func:`unreal_segments`)."""
+    return unreal_segments(segment_spans(tokenizer, text, n_pool, max_tokens), group_sims)
+
+
+def group_similarities(q: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+    """⟨q_g, k_{i,p}⟩ ``(k, G, L_p)`` of the query vectors ``(G, d)`` with chunks' scoring keys ``(k, L_p, d)``
+    (L2-normalised for a head with ``normalize``): summing each ``(G, L_p)`` row's maximum over p, over g, gives the
+    chunk's MaxSim score (Eq. 4)."""
+    return torch.einsum("gd,kpd->kgp", q.float(), keys.float())
+
+
+def sparse_matches(tokenizer, question: str, states: torch.Tensor,
+                   token_parts: Sequence[tuple[torch.Tensor, torch.Tensor]]
+                   ) -> tuple[dict[int, list[tuple[int, float, int]]], list[str]]:
+    """What sparse token matching counted for one question: chunk id → ``[(token position, cosine, question
+    token), …]`` (:func:`retrieval.sparse.retrieved_tokens`), and the question's tokens as text.
+
+    Parameters
+    ----------
+    states : the question's normalised token states ``(T_q, d)`` (the sparse search's own, ``token_states``).
+    token_parts : the store's token states per part.
+    """
+    ids = tokenizer(question, add_special_tokens=False)["input_ids"][: len(states)]
+    return retrieved_tokens(states, token_parts), [tokenizer.decode([t]) for t in ids]
+
+
+def matched_token_spans(tokenizer, text: str, max_tokens: int,
+                        matched: Sequence[tuple[int, float, int]]) -> list[tuple[int, int, float, int]]:
+    """Character spans ``(start, end, cosine, question token)`` of the tokens of a chunk that sparse counted
+    (``matched``: one chunk's entry of :func:`sparse_matches`)."""
+    if not matched:
+        return []
+    spans = token_spans(tokenizer, text, max_tokens)
+    return [(*spans[pos], score, t) for pos, score, t in matched if pos < len(spans)]

@@ -6,9 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
-
 from ..core.maxsim import normalize_chunks
+from .evidence import group_similarities
 from .registry import canonical, retrieve
 
 
@@ -31,7 +30,7 @@ def search(index: Any, explorer, query: str, k: int = 10, method: str = "unreal"
         keys = index.chunk_vectors([h["id"] for h in hits])  # (k, L_p, d)
         if explorer.head.config.normalize:
             keys = normalize_chunks(keys)
-        sims = torch.einsum("gd,kpd->kgp", found.query_vectors[0].float(), keys)  # (k, G, L_p)
+        sims = group_similarities(found.query_vectors[0], keys)  # (k, G, L_p)
         for h, s in zip(hits, sims, strict=True):
             h["group_sims"] = [[round(v, 5) for v in row] for row in s.tolist()]
     return {"query": query, "method": method, "timings": {k_: round(v, 5) for k_, v in timings.items()},

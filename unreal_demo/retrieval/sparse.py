@@ -169,4 +169,4 @@ class SparseRetriever(Retriever):
         qt = timed(timings, "query_encoding",
                    lambda: query_token_states(explorer.backbone, queries, explorer.head.config.chunk_layer))
         scores, ids = timed(timings, "scan", lambda: self.top(store, qt, k))
-        return Retrieval(ids.tolist(), scores.tolist(), timings)
+        return Retrieval(ids.tolist(), scores.tolist(), timings, token_states=qt)

@@ -1,6 +1,7 @@
-"""The evidence view: each selected chunk's text coloured by what the method matched (HTML).
+"""The evidence view: each selected chunk's text coloured by what the method matched (HTML). What was matched is
+computed in :mod:`retrieval.evidence`; this module only writes it out.
 
-UNREAL: the background of each pooled span (:func:`retrieval.evidence.segment_spans`) is shaded by
+UNREAL: the background of each pooled span (:func:`retrieval.evidence.scored_segments`) is shaded by
 max_g ⟨q_g, k_{i,p}⟩, from the lowest to the highest span shown; hovering a span shows its group and
 score. Sparse token matching: the chunk tokens some question token retrieved are boxed (hover: which
 question token, and the cosine). BM25's matched query terms are underlined in every view, so where the
@@ -14,7 +15,7 @@ import html
 from collections.abc import Sequence
 
 from ..pipeline import Explorer, Ranking
-from ..retrieval.evidence import Segment, bm25_terms, segment_spans, token_spans, unreal_segments
+from ..retrieval.evidence import Segment, bm25_terms, matched_token_spans, scored_segments
 
 LEGEND = ("<div class='unreal-legend'><span class='unreal-swatch' style='background:rgba(255,140,0,0.08)'>"
           "low</span><span class='unreal-swatch' style='background:rgba(255,140,0,0.85)'>high</span> UNREAL: "
@@ -23,14 +24,6 @@ LEGEND = ("<div class='unreal-legend'><span class='unreal-swatch' style='backgro
           "question token retrieved (sparse) · <mark class='unreal-copy'>marked</mark>: words the answer copies</div>")
 Mark = tuple[int, int, str]  # characters [start, end) and the hover text
 Spans = dict[int, list[tuple[int, int]]]  # a chunk (or hit) -> character spans [start, end) the answer copies
-
-
-def chunk_segments(explorer: Explorer, ranking: Ranking) -> dict[int, list[Segment]]:
-    """The scored pooled spans of every chunk that has UNREAL group similarities."""
-    c = explorer.head.config
-    return {i: unreal_segments(segment_spans(explorer.backbone.tokenizer, ranking.chunks[i].text, c.n_pool,
-                                             c.chunk_tokens), sims)
-            for i, sims in ranking.group_sims.items()}
 
 
 def _shade(score: float, low: float, high: float) -> str:
@@ -87,14 +80,13 @@ def _card(header: str, text: str, segments: Sequence[Segment] | None, terms: Seq
 
 
 def sparse_marks(explorer: Explorer, ranking: Ranking, i: int) -> list[Mark]:
-    """Character spans of chunk ``i``'s tokens the sparse score counts for a question token, with the hover text."""
-    hits = ranking.matched_tokens.get(i)
-    if not hits:
-        return []
-    spans = token_spans(explorer.backbone.tokenizer, ranking.chunks[i].text, explorer.head.config.chunk_tokens)
+    """Chunk ``i``'s tokens the sparse score counts for a question token (:func:`retrieval.evidence.
+    matched_token_spans`), each with its hover text."""
     q = ranking.query_tokens
-    return [(*spans[pos], f"counted for question token “{q[t].strip()}” · cos {score:.3f}")
-            for pos, score, t in hits if pos < len(spans)]
+    return [(s, e, f"counted for question token “{q[t].strip()}” · cos {score:.3f}")
+            for s, e, score, t in matched_token_spans(explorer.backbone.tokenizer, ranking.chunks[i].text,
+                                                      explorer.head.config.chunk_tokens,
+                                                      ranking.matched_tokens.get(i, []))]
 
 
 def _range(segments: dict) -> tuple[float, float]:
@@ -108,7 +100,9 @@ def evidence_html(explorer: Explorer, ranking: Ranking, question: str, ranks: di
     given ``copied`` (by chunk id), the words the answer copies from it."""
     if not ranking.selected or ranking.method == "full":
         return "<p class='unreal-placeholder'>No selection: full context reads every chunk.</p>"
-    segments = {i: s for i, s in chunk_segments(explorer, ranking).items() if i in ranking.selected}
+    c, tok = explorer.head.config, explorer.backbone.tokenizer
+    segments = {i: scored_segments(tok, ranking.chunks[i].text, c.n_pool, c.chunk_tokens, sims)
+                for i, sims in ranking.group_sims.items() if i in ranking.selected}
     low, high = _range(segments)
     cards = []
     for i in ranking.selected:
@@ -130,7 +124,7 @@ def hits_html(explorer: Explorer, hits: Sequence[dict], query: str, n_pool: int,
     if not hits:
         return "<p class='unreal-placeholder'>No hits.</p>"
     tok = explorer.backbone.tokenizer
-    segments = {h["rank"]: unreal_segments(segment_spans(tok, h["text"], n_pool, max_tokens), h["group_sims"])
+    segments = {h["rank"]: scored_segments(tok, h["text"], n_pool, max_tokens, h["group_sims"])
                 for h in hits if "group_sims" in h}
     low, high = _range(segments)
     cards = [_card(f"{h['rank']}. {html.escape(h['title'])} · score {h['score']:.3f}", h["text"],
