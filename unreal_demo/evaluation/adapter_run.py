@@ -298,12 +298,12 @@ def run(head_path: str, n_context: int | None = None, labels: list[str] | None =
         out: str | None = None, save: str | None = None, save_label: str | None = None) -> dict:
     """The adapter experiment end to end: sets, cached states, the :data:`GRID` variants (or ``labels`` of it),
     a result (``out``) and the best variant on dev (or ``save_label``) written as a head (``save``)."""
-    import json
-    from pathlib import Path
 
+    from ..core.cpu import status_line
     from ..pipeline import Explorer
     from ..settings import cache_dir
     from ..store.index import Index, shipped_folder
+    from .results import write_result
 
     explorer = Explorer.load(head=head_path, require_head=True)
     head = explorer.head
@@ -339,8 +339,7 @@ def run(head_path: str, n_context: int | None = None, labels: list[str] | None =
                        for s in group} | {"new_wiki test": len(test.texts)},
               "pool": {"chunks": int(usable.sum()), "train candidates": int(train_mask.sum())},
               "rows": rows, "reference": reference, "markdown": grid_markdown(rows + reference)}
-    if out:
-        Path(out).write_text(json.dumps(result, indent=1))
+    result = write_result(result | {"cpu": status_line()}, out, explorer)  # with its provenance
     if save and heads:
         label = save_label or max(rows[1:], key=lambda r: r["dev mean R@1"])["variant"]
         chosen = heads[label]

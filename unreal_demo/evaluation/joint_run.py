@@ -12,11 +12,10 @@ starting head's row, so the two read side by side with ``precomputed/adapter_gri
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import asdict
-from pathlib import Path
 
+from ..core.cpu import status_line
 from ..core.joint_training import JointConfig, TextSet, fit_joint
 from ..core.state_training import StateSet, mine
 from ..settings import cache_dir, display_path
@@ -31,6 +30,7 @@ from .adapter_run import (
     positions,
     score_row,
 )
+from .results import write_result
 
 DEPTH = 3  # the cleaner positives' BM25 depth (the grid's best row)
 
@@ -83,8 +83,7 @@ def run_joint(head_path: str, cfg: JointConfig, out: str | None = None, save: st
     result = {"head": display_path(head_path), "n_context": head.config.n_context,
               "train sets": {t.name: len(t.texts) for t in train_t}, "dev sets": {t.name: len(t.texts) for t in dev_t},
               "new_wiki test": len(test.texts), "rows": rows, "markdown": grid_markdown(rows)}
-    if out:
-        Path(out).write_text(json.dumps(result, indent=1))
+    result = write_result(result | {"cpu": status_line()}, out, explorer)  # with its provenance
     if save:
         model.config.fusion_weight = fit_fusion_on_dev(model, index, devs, new_dev, keys, usable)
         model.config.provenance = head.config.provenance | {"joint": asdict(cfg), "joint_row": rows[1] | {"log": []}}
