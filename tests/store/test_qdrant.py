@@ -98,6 +98,22 @@ def test_filter_restricts_every_method(spec, chunks, terms, test):
         assert all(test(store.chunks[i]) for i in store.dense_topk(torch.randn(1, D_DENSE), len(keep))[1][0].tolist())
 
 
+def test_a_filtered_view_shares_the_open_store(spec, chunks):
+    """A view per filter over one open store (an Edge shard opens once per process) searches as a store opened
+    with that filter does; the store itself is unchanged."""
+    q = torch.randn(2, 2, D, generator=torch.Generator().manual_seed(5))
+    where = qdrant.Where(source="summaries", title_prefix="Title 1")
+    with qdrant.QdrantStore(spec) as store:
+        view = store.filtered(where)
+        assert view._db is store._db and len(store) == M and store.where is None
+        keep = [i for i, p in enumerate(chunks[2]) if where.matches(p)]
+        assert [c["id"] for c in view.chunks] == keep and view.texts == [chunks[2][i]["text"] for i in keep]
+        ref_s, ref_i = _ours(maxsim_reference(q, normalize_chunks(torch.from_numpy(chunks[0][keep]))), 3)
+        scores, ids = view.maxsim_topk(q, 3)
+        assert torch.equal(ids, ref_i) and torch.allclose(scores, ref_s, atol=1e-5)
+        assert store.filtered(None).texts == store.texts
+
+
 def test_where_terms_are_checked():
     assert qdrant.Where.parse([]) is None
     assert qdrant.Where.parse(["title=Paris"]) == qdrant.Where(title="Paris")

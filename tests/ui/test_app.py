@@ -152,6 +152,51 @@ def test_search_without_an_index_says_so(client):
         client.predict("who?", 5, "unreal", "new_wiki", api_name="/search")
 
 
+def test_wikipedia_tab_searches_an_exported_qdrant_edge_store(client, explorer, tmp_path):
+    """The tab opens a tiny index exported to Qdrant Edge by its store string, ranks as the index folder does,
+    restricts a search by source or title prefix, and answers a method the store does not serve in one line."""
+    pytest.importorskip("qdrant_edge", reason="qdrant-edge-py is not installed")
+    from unreal_demo.data.sources import Passage
+    from unreal_demo.retrieval.hits import search
+    from unreal_demo.store import index as ix
+    from unreal_demo.store import qdrant
+
+    passages = [Passage(f"p{i}", f"{'Zinc' if i % 2 else 'Iron'} {i}", f"Passage {i}: the widget{i:02d} weighs {i * 3} "
+                        "kilograms.", "summaries" if i % 3 else "new_wiki") for i in range(24)]
+    ix.build_index(tmp_path / "ix", explorer.backbone, passages, layer=3, n_pool=explorer.head.config.n_pool,
+                   shard_size=8)
+    folder = ix.Index(tmp_path / "ix")
+    spec = f"qdrant-edge:{tmp_path / 'edge'}"
+    qdrant.export_index(folder, spec)
+    query = "How much does widget07 weigh?"
+
+    def ask(method: str, source: str = "", title: str = "", where: str = spec):
+        _chart, table, bm25, status, *_ = client.predict(query, 5, method, "new_wiki", where, source, title,
+                                                         api_name="/search")
+        return [dict(zip(table["headers"], row, strict=True)) for row in table["data"]], bm25, status
+
+    for method in ("bm25", "unreal"):
+        rows, _, status = ask(method)
+        assert status.startswith("Qdrant Edge store") and "24 passages" in status and "exact MaxSim" in status
+        ours = search(folder, explorer, query, 5, method)["hits"]  # the index folder through the library
+        assert [r["title"] for r in rows] == [h["title"] for h in ours]
+        assert [r["score"] for r in rows] == pytest.approx([h["score"] for h in ours], abs=1e-4)
+        if method == "bm25":
+            assert rows[0]["passage"].startswith("Passage 7:")
+    rows, bm25, status = ask("unreal", source="summaries", title="Zinc")
+    assert "only chunks with source = 'summaries', title starting with 'Zinc'" in status
+    held = {p.title for p in passages if p.source == "summaries" and p.title.startswith("Zinc")}
+    assert rows and {r["title"] for r in rows} <= held and {r[1] for r in bm25["data"]} <= held
+    with pytest.raises(Exception, match=r"sparse cannot search this store: it needs --token-states \(not kept in a "
+                                        "Qdrant store"):
+        ask("sparse")
+    with pytest.raises(Exception, match="filters apply to a Qdrant store"):
+        ask("bm25", source="summaries", where=str(tmp_path / "ix"))
+    assert ask("bm25", where=str(tmp_path / "ix"))[2].startswith("index ")  # an index folder, by its path
+    with pytest.raises(Exception, match="no Qdrant store at"):
+        ask("bm25", where=f"qdrant-edge:{tmp_path / 'none'}")
+
+
 def test_topn_live_run_needs_an_n(client):
     with pytest.raises(Exception, match="pick at least one n"):
         client.predict("2K", [], 1, "f1", api_name="/topn")

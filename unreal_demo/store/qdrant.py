@@ -32,6 +32,7 @@ built by the server, or by ``export_index(..., hnsw=True)`` on Edge).
 
 from __future__ import annotations
 
+import copy
 import json
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -387,6 +388,17 @@ class QdrantStore(TextStore):
         self._chunks = [{"id": i} | {k: v for k, v in p.items() if k != "chunk"} for i, p in rows]
         self.texts = [c["text"] for c in self._chunks]
         self._bm25: BM25 | None = None
+
+    def filtered(self, where: Where | None) -> QdrantStore:
+        """This store restricted to the chunks passing ``where`` (None: every chunk), sharing its shard or connection.
+
+        An Edge shard can be opened once per process (its write-ahead log is locked), so a program that searches
+        one store under several filters (the Wikipedia tab) opens it once and takes a view per filter. Close the
+        store the views came from, not a view."""
+        view = copy.copy(self)
+        view.where = where
+        view.refresh()
+        return view
 
     def close(self) -> None:
         """Release the shard (Edge) or the connection (server)."""

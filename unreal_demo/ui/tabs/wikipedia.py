@@ -22,9 +22,10 @@ from ...evaluation.qa import BOUNDS
 from ...evaluation.results import head_mismatch, made_by
 from ...pipeline import Explorer, Loading, check_n
 from ...retrieval.hits import search
-from ...retrieval.registry import names
+from ...retrieval.registry import names, unsupported
 from ...settings import MAX_TOKENS, PRECOMPUTED, TOKENS_PER_S, display_path
 from ...store import index as ix
+from ...store import qdrant as qd
 from .. import plots
 from ..answer_check import ANSWER_LABEL, PLACEHOLDER, check_html, prefill_html
 from ..evidence import hits_html
@@ -34,6 +35,7 @@ from ..wiring import Ready
 CORPORA = {"new_wiki": "SQuAD-Shifts New-Wiki paragraphs (1,581)", "squad_dev": "SQuAD v1.1 dev paragraphs (2,067)",
            "summaries": "Wikipedia lead summaries (10,033)", "enwiki": "full enwiki articles (106)",
            "all": "all of the above (13,787 passages, 20,354 chunks)"}
+FILTER_VIEWS = 8  # filtered views of Qdrant stores kept open at once (the oldest is dropped)
 HIT_COLUMNS = ["rank", "title", "score", "BM25 rank", "passage"]
 EXAMPLE_QUERIES = {  # held-out questions whose gold passage is in the index ("all"), and one SQuAD dev question
     "Tesla: year he moved to the US": "In what year did Tesla move to the United States?",
@@ -100,13 +102,33 @@ def qa_panel(loader: Loading | None = None) -> None:
                 "others; in a same-topic context, with the gold's own article and its nearest pool passages.")
 
 
-def describe(index: ix.Index) -> str:
-    """The status line of an opened index: where, codec, chunks, passages, size on disk."""
+def store_filter(source: str = "", title: str = "") -> qd.Where | None:
+    """The payload filter of the tab's two boxes: chunks of one source and/or titles starting with a prefix
+    (``--where source=NAME --where title^=PREFIX`` of ``index search``); None when both are empty."""
+    source, title = (source or "").strip(), (title or "").strip()
+    return qd.Where(source=source or None, title_prefix=title or None) if source or title else None
+
+
+def _filter_text(where: qd.Where) -> str:
+    return ", ".join(f"{field} {'starting with' if kind == 'prefix' else '='} {value!r}"
+                     for field, kind, value in where.terms())
+
+
+def describe(index: ix.Index | qd.QdrantStore) -> str:
+    """The status line of an opened index or Qdrant store: where, codec or storage type, chunks, passages, size on
+    disk (an index folder or a Qdrant Edge folder), the filter and the search of a Qdrant store."""
     m = index.manifest
-    size = sum(p.stat().st_size for p in index.folder.rglob("*") if p.is_file()) / 2**20
+    size = ("" if isinstance(index, qd.QdrantStore) and not index.spec.startswith(qd.EDGE) else
+            f" · {sum(p.stat().st_size for p in index.folder.rglob('*') if p.is_file()) / 2**20:.1f} MiB")
+    counts = f"{m['chunks']:,} chunks of {m['passages']:,} passages{size} · ℓc = {m['chunk_layer']}"
+    if isinstance(index, qd.QdrantStore):
+        where = (f"Qdrant Edge store `{display_path(index.folder)}`" if index.spec.startswith(qd.EDGE) else
+                 f"Qdrant store `{index.spec}`")
+        only = f" · only chunks with {_filter_text(index.where)}" if index.where is not None else ""
+        how = "exact MaxSim" if index.ef is None else f"HNSW search, ef = {index.ef} (approximate)"
+        return f"{where} · {m['datatype']} · {counts}{only} · {how}"
     shipped = " (shipped with the app)" if index.folder.is_relative_to(PRECOMPUTED) else ""
-    return (f"index `{display_path(index.folder)}`{shipped} · codec {m['dtype']} · {m['chunks']:,} chunks of "
-            f"{m['passages']:,} passages · {size:.1f} MiB · ℓc = {m['chunk_layer']}")
+    return f"index `{display_path(index.folder)}`{shipped} · codec {m['dtype']} · {counts}"
 
 
 def ready_corpora(explorer: Explorer) -> list[str]:
@@ -115,19 +137,46 @@ def ready_corpora(explorer: Explorer) -> list[str]:
 
 
 def build_tab(loader: Loading) -> Ready:
-    state: dict[str, ix.Index] = {}
-    described: dict[str, str] = {}  # the status line of each opened index (its size is read once)
+    # opened stores: a corpus name -> its index; (folder or store string, filter) -> an index or a Qdrant store
+    state: dict[object, ix.Index | qd.QdrantStore] = {}
+    described: dict[object, str] = {}  # the status line of each opened store (its size is read once)
     lock = threading.Lock()
 
-    def opened(name: str) -> ix.Index:
-        """The index of ``name``, opened on first use (built in the cache, else shipped)."""
+    def opened(name: str, where: str = "", only: qd.Where | None = None) -> tuple[ix.Index | qd.QdrantStore, object]:
+        """The store to search and its key in ``state``: ``where`` (an index folder, ``qdrant-edge:DIR`` or
+        ``qdrant:URL``, opened by :func:`store.qdrant.open_store` as ``index search`` and the evaluations open it)
+        restricted to the payload filter ``only``, else the index of corpus ``name`` (built in the cache, else
+        shipped); each opened on first use.
+
+        Raises
+        ------
+        IndexStoreError
+            Nothing to open there, a store string not understood, a server not reached, or a filter asked of an
+            index folder.
+        """
+        where = (where or "").strip()
+        if only is not None and not qd.is_spec(where):
+            raise ix.IndexStoreError("the source and title filters apply to a Qdrant store (qdrant-edge:DIR or "
+                                     "qdrant:URL), not to an index folder: clear them or open a store")
         explorer = loader.get()
         with lock:
-            if name not in state:
-                state[name] = ix.Index(ix.default_index(explorer, name))
-            if name not in described:
-                described[name] = describe(state[name])
-            return state[name]
+            if not where:
+                key: object = name
+                if name not in state:
+                    state[name] = ix.Index(ix.default_index(explorer, name))
+            else:
+                key = (where, only)
+                if key not in state:
+                    whole = state.get((where, None))
+                    if whole is None:  # an Edge shard opens once per process: every filter is a view of it
+                        whole = state[(where, None)] = qd.open_store(where)
+                    state[key] = whole if only is None else whole.filtered(only)
+                    views = [x for x in state if isinstance(x, tuple) and x[1] is not None]
+                    for old in views[:-FILTER_VIEWS]:  # each view holds its chunks' texts and its own BM25
+                        state.pop(old), described.pop(old, None)
+            if key not in described:
+                described[key] = describe(state[key])
+            return state[key], key
 
     gr.Markdown(HOW_TO_READ, elem_classes=["unreal-howto"])
     with gr.Row(elem_classes=["unreal-examples"]):
@@ -142,6 +191,17 @@ def build_tab(loader: Loading) -> Ready:
             f"{k}: {v}" for k, v in CORPORA.items()))
         load = gr.Button("Build or load index", interactive=False)
         status = gr.Markdown("the indexes ready to search are listed once the model is loaded")
+    with gr.Row():
+        store_box = gr.Textbox(value="", label="index folder or Qdrant store", scale=2,
+                               placeholder="empty: the corpus's index",
+                               info="an index folder, qdrant-edge:DIR (made by `python -m unreal_demo index export "
+                                    "--to qdrant-edge:DIR`) or qdrant:http(s)://HOST[:PORT][/COLLECTION]; "
+                                    "searched instead of the corpus's index")
+        source_box = gr.Textbox(value="", label="only source", placeholder="e.g. summaries",
+                                info="a Qdrant store: only chunks of this source (new_wiki, squad_dev, summaries, "
+                                     "enwiki)")
+        title_box = gr.Textbox(value="", label="only titles starting with", placeholder="e.g. Nikola",
+                               info="a Qdrant store: only chunks whose title starts with this")
     with gr.Row():
         query = gr.Textbox(label="Query", scale=3)
         k = gr.Slider(1, 50, value=10, step=1, label="k", info="how many hits to show")
@@ -172,9 +232,16 @@ def build_tab(loader: Loading) -> Ready:
     with gr.Accordion("Downstream QA: each retriever's top-k, same LLM (the paper's Table 1)", open=False):
         qa_panel(loader)
 
-    def open_index(name: str, progress=gr.Progress()):  # noqa: B008 (Gradio's idiom)
+    def open_index(name: str, where: str = "", source: str = "", title: str = "",
+                   progress=gr.Progress()):  # noqa: B008 (Gradio's idiom)
         if name not in CORPORA:
             raise gr.Error(f"unknown corpus {name!r}")
+        only = store_filter(source, title)
+        if (where or "").strip() or only is not None:  # a folder or store named: opened, never built
+            try:
+                return "loaded " + described[opened(name, where, only)[1]]
+            except UserError as exc:
+                raise gr.Error(str(exc)) from None
         try:
             opened(name)
             return "loaded " + described[name]
@@ -204,7 +271,7 @@ def build_tab(loader: Loading) -> Ready:
                 raise gr.Error(str(exc)) from None
         return f"built {len(state[name]):,} chunks in {time.perf_counter() - t0:.0f} s at `{display_path(path)}`"
 
-    def do_search(q: str, k_: float, m: str, name: str = "all"):
+    def do_search(q: str, k_: float, m: str, name: str = "all", where: str = "", source: str = "", title: str = ""):
         if not q or not q.strip():
             raise gr.Error("the query is empty")
         try:
@@ -212,13 +279,18 @@ def build_tab(loader: Loading) -> Ready:
             k_ = check_n(k_, "k", 100)
         except UserError as exc:
             raise gr.Error(str(exc)) from None
+        only = store_filter(source, title)
         try:
-            index = opened(name)
-        except ix.IndexStoreError:
+            index, key = opened(name, where, only)
+        except ix.IndexStoreError as exc:
+            if (where or "").strip() or only is not None:
+                raise gr.Error(str(exc)) from None
             raise gr.Error(f"no index for {name} yet: press 'Build or load index' to build it") from None
+        if why := unsupported(index, [m]).get(m):
+            raise gr.Error(f"{m} cannot search this store: it needs {why}")
         try:
-            result = search(index, loader.get(), q, k_, m)
-            bm25 = search(index, loader.get(), q, 100, "bm25")
+            result = search(index, loader.get(), q, k_, m, bm25_k=100)  # BM25 beside it: scored once per search
+            bm25 = {"hits": result["bm25_hits"]}
         except UserError as exc:
             raise gr.Error(str(exc)) from None
         bm25_rank = {h["id"]: h["rank"] for h in bm25["hits"]}
@@ -230,7 +302,7 @@ def build_tab(loader: Loading) -> Ready:
         bm25["hits"] = bm25["hits"][:k_]
         last = {"query": q, "hits": result["hits"][:5], "n_pool": index.manifest["n_pool"]}
         return (fig, _hits_table(result, bm25_rank), _hits_table(bm25, bm25_rank).drop(columns=["BM25 rank"]),
-                described[name], _cards(last), last, "", PLACEHOLDER)
+                described[key], _cards(last), last, "", PLACEHOLDER)
 
     def _cards(last: dict, copied: dict | None = None) -> str:
         return hits_html(loader.get(), last["hits"], last["query"], last["n_pool"], MAX_TOKENS, copied)
@@ -256,12 +328,13 @@ def build_tab(loader: Loading) -> Ready:
         yield gen.text, check_html(explorer, gen, support), _cards(last, copied)
 
     found = [chart, table, bm25_table, status, evidence, searched, answer, check]
-    running = [load.click(open_index, corpus, status, api_name=False),
-               go_btn.click(on_gpu(do_search), [query, k, method, corpus], found, api_name="search"),
+    where = [corpus, store_box, source_box, title_box]
+    running = [load.click(open_index, where, status, api_name=False),
+               go_btn.click(on_gpu(do_search), [query, k, method, *where], found, api_name="search"),
                answer_btn.click(on_gpu(do_answer), searched, [answer, check, evidence], api_name=False)]
     for button, q in zip(example_buttons, EXAMPLE_QUERIES.values(), strict=True):
         running.append(button.click(lambda q=q: (q, "unreal"), None, [query, method], api_name=False, queue=False)
-                       .then(on_gpu(do_search), [query, k, method, corpus], found, api_name=False))
+                       .then(on_gpu(do_search), [query, k, method, *where], found, api_name=False))
     stop.click(None, None, None, cancels=running, api_name=False)
 
     def fill(explorer: Explorer) -> dict:
