@@ -96,3 +96,33 @@ def test_sparse_and_dense_find_the_planted_fact(explorer):
     assert "4417" in ranking.chunks[ranking.selected[0]].text  # MiniLM is a real retriever
     sparse = explorer.rank([doc], "What is the zebra code?", n=2, method="sparse")
     assert len(sparse.scores) == len(sparse.chunks) and len(sparse.selected) == 2
+
+
+def test_compare_chunks_and_encodes_the_document_once(explorer, monkeypatch):
+    """Compare methods: one chunking, one store lookup and one forward pass over the document for every method, and
+    each ranking equal to the method's own rank()."""
+    from unreal_demo import pipeline
+
+    calls = {"chunk": 0, "encode": 0, "store": 0}
+
+    def counted(name, fn):
+        def wrapper(*args, **kwargs):
+            calls[name] += 1
+            return fn(*args, **kwargs)
+        return wrapper
+
+    monkeypatch.setattr(pipeline, "chunk_documents", counted("chunk", pipeline.chunk_documents))
+    monkeypatch.setattr(pipeline, "encode_chunks", counted("encode", pipeline.encode_chunks))
+    monkeypatch.setattr(explorer, "store", counted("store", explorer.store))
+    explorer.clear_cache()
+    methods, seen = ["unreal", "bm25", "sparse", "hybrid-rrf"], []
+    rankings, notes = explorer.compare([DOC], "What does fact 7 say?", 3, methods,
+                                       progress=lambda j, m: seen.append((j, m)))
+    assert calls == {"chunk": 1, "encode": 1, "store": 1} and not notes
+    assert [r.method for r in rankings] == methods and seen == list(enumerate(methods))
+    for r in rankings:
+        alone = explorer.rank([DOC], "What does fact 7 say?", 3, r.method)
+        assert (r.scores, r.selected) == (alone.scores, alone.selected) and r.chunks == alone.chunks
+    assert calls["encode"] == 1  # the reruns above found the cached encoding
+    with pytest.raises(InputError, match="the question is empty"):
+        explorer.compare([DOC], " ", 3, methods)

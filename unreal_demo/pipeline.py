@@ -28,9 +28,9 @@ from .core.generation import ANSWER_RULE, AnswerRule, Generation, fits_window, p
 from .core.head import QueryHead, untrained_head
 from .core.selection import select_top_n
 from .data.textio import check_text
-from .errors import InputError
+from .errors import InputError, UserError
 from .retrieval.evidence import group_similarities, sparse_matches
-from .retrieval.registry import METHODS, all_scores, check
+from .retrieval.registry import METHODS, all_scores, check, names
 from .settings import CHUNK_TOKENS, DEFAULT_HEADS, DEFAULT_MODEL, MAX_CHARS, MAX_N, display_path
 from .store.memory import MemoryStore
 
@@ -228,7 +228,46 @@ class Explorer:
         (method,) = check([method], "document")
         t0 = time.perf_counter()
         chunks = chunks if chunks is not None else self.chunk(docs)
+        return self._rank(chunks, None, question, n, method, {"chunk": time.perf_counter() - t0})
+
+    @torch.inference_mode()
+    def compare(self, docs: Sequence[str], question: str, n: int = 5, methods: Sequence[str] | None = None,
+                progress: Callable[[int, str], None] | None = None) -> tuple[list[Ranking], list[str]]:
+        """:meth:`rank` with each of ``methods`` (default: every method that ranks a document on its own) over the
+        same chunks: the document is checked, chunked and looked up in the cache once, and encoded at most once
+        (the store computes its keys and token states on first use and every method shares them).
+
+        ``progress(j, method)`` is called before the j-th method. Returns the rankings, in the order of ``methods``,
+        and one note per method that could not run (``"dense: <why>"``, e.g. the dense model cannot be fetched);
+        the others still compare.
+
+        Raises
+        ------
+        InputError
+            As :meth:`rank`, for every method at once (nothing is ranked).
+        """
+        check_inputs(docs, question)
+        n = check_n(n)
+        methods = check(methods if methods is not None else names("document", single=True), "document")
+        t0 = time.perf_counter()
+        chunks = self.chunk(docs)
         timings = {"chunk": time.perf_counter() - t0}
+        store = self.store(chunks)
+        rankings, notes = [], []
+        for j, method in enumerate(methods):
+            if progress is not None:
+                progress(j, method)
+            try:
+                rankings.append(self._rank(chunks, store, question, n, method, dict(timings)))
+            except InputError:
+                raise
+            except UserError as exc:
+                notes.append(f"{method}: {exc}")
+        return rankings, notes
+
+    def _rank(self, chunks: list[Chunk], store: MemoryStore | None, question: str, n: int, method: str,
+              timings: dict) -> Ranking:
+        """:meth:`rank` of checked inputs over ``chunks`` (their ``store``, or the cached one when None)."""
         notices = []
         if n > len(chunks) and METHODS[method].ranks:
             notices.append(f"n = {n}, but the text has only {len(chunks)} chunk{'s' * (len(chunks) != 1)}: "
@@ -236,7 +275,7 @@ class Explorer:
             n = len(chunks)
         if not METHODS[method].ranks:  # full context: every chunk
             return Ranking(method, chunks, None, list(range(len(chunks))), timings, notices)
-        store = self.store(chunks)
+        store = store if store is not None else self.store(chunks)
         if METHODS[method].model:
             t1 = time.perf_counter()
             store.keys  # noqa: B018  (encodes on first use; cached afterwards)

@@ -163,6 +163,24 @@ def test_the_index_bm25_is_the_project_bm25_loaded_from_disk(tmp_path, tiny):
     assert ix.bm25_scores(queries)[2].abs().sum() == 0
 
 
+def test_a_search_shows_bm25_beside_it_with_bm25_scored_once(tmp_path, tiny, explorer, monkeypatch):
+    """The Wikipedia tab's search: the method's hits and BM25's top 100 from one BM25 scoring of the query (the
+    method's own for bm25, unreal's C0 and the hybrids), equal to a separate BM25 search."""
+    idx.build_index(tmp_path / "ix", tiny, PASSAGES, layer=3, shard_size=5, dense=True)
+    ix = idx.Index(tmp_path / "ix")
+    alone = search(ix, explorer, "item 7 weighs", 100, "bm25")["hits"]
+    calls, real = [], ix.bm25_scores
+    monkeypatch.setattr(ix, "bm25_scores", lambda queries: calls.append(queries) or real(queries))
+    for method in ("unreal", "bm25", "hybrid-rrf", "dense"):
+        calls.clear()
+        got = search(ix, explorer, "item 7 weighs", 5, method, bm25_k=100)
+        assert len(calls) == 1, method
+        assert got["bm25_hits"] == alone and len(alone) == len(ix), method
+    calls.clear()
+    found = retrieve(ix, explorer, ["item 7 weighs"], 5, "hybrid-fusion", fusion_weight=0.5)
+    assert len(calls) == 1 and torch.equal(found.bm25_scores, real(["item 7 weighs"]))
+
+
 def test_methods_the_index_lacks_are_refused(tmp_path, tiny, explorer):
     build(tmp_path, tiny)
     ix = idx.Index(tmp_path / "ix")

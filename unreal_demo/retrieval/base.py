@@ -39,8 +39,8 @@ class RetrievalError(InputError):
 
 @dataclass
 class Retrieval:
-    """Top-k chunk ids and scores per query (best first), timings in seconds, and the evidence the method computed:
-    UNREAL's query vectors, the fusion weight, sparse's question token states."""
+    """Top-k chunk ids and scores per query (best first), timings in seconds, and what the method computed on the
+    way: UNREAL's query vectors, every chunk's BM25 score, the fusion weight, sparse's question token states."""
 
     ids: list[list[int]]
     scores: list[list[float]]
@@ -48,6 +48,7 @@ class Retrieval:
     query_vectors: torch.Tensor | None = None  # (Q, G, d) for unreal and the hybrids
     fusion_weight: float | None = None
     token_states: list[torch.Tensor] | None = None  # sparse: each query's normalised token states (T_q, d)
+    bm25_scores: torch.Tensor | None = None  # (Q, M) every chunk's BM25 score: bm25, unreal (C0) and the hybrids
 
 
 class Retriever(ABC):

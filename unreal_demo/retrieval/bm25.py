@@ -8,20 +8,20 @@ from typing import Any
 
 import torch
 
-from .base import Retrieval, Retriever, timed
+from .base import Retrieval, Retriever, timed, topk
 
 
 class BM25Retriever(Retriever):
-    """Lexical BM25 over the store's chunk texts."""
+    """Lexical BM25 over the store's chunk texts; the result keeps every chunk's score (``bm25_scores``)."""
 
     name, label, help = "bm25", "BM25 (bm25s, stemmed)", "lexical BM25 over the chunks (bm25s)"
 
-    def top(self, store: Any, queries: Sequence[str], k: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """BM25 scores and chunk ids ``(Q, k)``, best first."""
-        return store.bm25_topk(queries, k)
-
     def search(self, store: Any, queries: Sequence[str], k: int, explorer: Any = None,
                fusion_weight: float | None = None, vectors: torch.Tensor | None = None) -> Retrieval:
+        def ranked() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+            every = store.bm25_scores(queries)  # (Q, M)
+            return every, *topk(every, k)
+
         timings: dict[str, float] = {}
-        scores, ids = timed(timings, "bm25", lambda: self.top(store, queries, k))
-        return Retrieval(ids.tolist(), scores.tolist(), timings)
+        every, scores, ids = timed(timings, "bm25", ranked)
+        return Retrieval(ids.tolist(), scores.tolist(), timings, bm25_scores=every)

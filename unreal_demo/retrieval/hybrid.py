@@ -31,9 +31,10 @@ class HybridRRF(Retriever):
                fusion_weight: float | None = None, vectors: torch.Tensor | None = None) -> Retrieval:
         timings: dict[str, float] = {}
         depth = max(k, RRF_DEPTH)
-        _, u_ids, q, b_ids = self.unreal.top(store, explorer, queries, depth, timings, vectors=vectors)
+        _, u_ids, q, b_ids, b_scores = self.unreal.top(store, explorer, queries, depth, timings, vectors=vectors)
         fused = [reciprocal_rank_fusion([u, b])[:k] for u, b in zip(u_ids.tolist(), b_ids.tolist(), strict=True)]
-        return Retrieval([[i for i, _ in r] for r in fused], [[s for _, s in r] for r in fused], timings, q)
+        return Retrieval([[i for i, _ in r] for r in fused], [[s for _, s in r] for r in fused], timings, q,
+                         bm25_scores=b_scores)
 
 
 class HybridFusion(Retriever):
@@ -49,11 +50,11 @@ class HybridFusion(Retriever):
     def search(self, store: Any, queries: Sequence[str], k: int, explorer: Any = None,
                fusion_weight: float | None = None, vectors: torch.Tensor | None = None) -> Retrieval:
         timings: dict[str, float] = {}
-        scores, ids, q, _ = self.unreal.top(store, explorer, queries, len(store), timings, vectors=vectors)
+        scores, ids, q, _, b_scores = self.unreal.top(store, explorer, queries, len(store), timings, vectors=vectors)
         weight = explorer.head.config.fusion_weight if fusion_weight is None else fusion_weight
         if weight is None:
             raise RetrievalError("hybrid-fusion needs a fusion weight fitted on the dev split; this head has none "
                                  "(fit it with `python -m unreal_demo eval heads --head HEAD.json --save-fusion`)")
-        fused = score_fusion(chunk_order(ids, scores, len(store)), store.bm25_scores(queries), weight)  # (Q, M)
+        fused = score_fusion(chunk_order(ids, scores, len(store)), b_scores, weight)  # (Q, M): BM25 scored once
         f_scores, f_ids = topk(fused, k)
-        return Retrieval(f_ids.tolist(), f_scores.tolist(), timings, q, weight)
+        return Retrieval(f_ids.tolist(), f_scores.tolist(), timings, q, weight, bm25_scores=b_scores)

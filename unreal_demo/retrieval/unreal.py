@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from .base import Retrieval, RetrievalError, Retriever, timed
+from .base import Retrieval, RetrievalError, Retriever, timed, topk
 
 
 def contexts(store: Any, bm25_ids: torch.Tensor, n: int) -> list[list[str]]:
@@ -51,21 +51,27 @@ class UnrealRetriever(Retriever):
 
     def top(self, store: Any, explorer, queries: Sequence[str], depth: int, timings: dict[str, float],
             bm25_depth: int | None = None, vectors: torch.Tensor | None = None
-            ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-        """MaxSim scores and ids ``(Q, depth)`` best first, the query vectors ``(Q, G, d)``, and BM25's ids
-        ``(Q, max(bm25_depth, |C0|))`` (the source of C0, and the hybrids' second ranking)."""
+            ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """MaxSim scores and ids ``(Q, depth)`` best first, the query vectors ``(Q, G, d)``, BM25's ids
+        ``(Q, max(bm25_depth, |C0|))`` (the source of C0, and the hybrids' second ranking) and every chunk's BM25
+        score ``(Q, M)`` (scored once, for C0, the hybrids and whoever shows BM25 beside)."""
         check_model(store, explorer, self.name)
         c = explorer.head.config
-        b_ids = timed(timings, "bm25", lambda: store.bm25_topk(queries, max(bm25_depth or depth, c.n_context))[1])
+
+        def bm25() -> tuple[torch.Tensor, torch.Tensor]:
+            every = store.bm25_scores(queries)  # (Q, M)
+            return every, topk(every, max(bm25_depth or depth, c.n_context))[1]
+
+        b_scores, b_ids = timed(timings, "bm25", bm25)
         q = vectors if vectors is not None else timed(
             timings, "query_encoding", lambda: query_vectors(explorer, queries, context_of(store, explorer, queries,
                                                                                              b_ids)))
         timings.setdefault("query_encoding", 0.0)
         scores, ids = timed(timings, "scan", lambda: store.maxsim_topk(q, depth, normalize=c.normalize))
-        return scores, ids, q, b_ids
+        return scores, ids, q, b_ids, b_scores
 
     def search(self, store: Any, queries: Sequence[str], k: int, explorer: Any = None,
                fusion_weight: float | None = None, vectors: torch.Tensor | None = None) -> Retrieval:
         timings: dict[str, float] = {}
-        scores, ids, q, _ = self.top(store, explorer, queries, k, timings, vectors=vectors)
-        return Retrieval(ids.tolist(), scores.tolist(), timings, q)
+        scores, ids, q, _, b_scores = self.top(store, explorer, queries, k, timings, vectors=vectors)
+        return Retrieval(ids.tolist(), scores.tolist(), timings, q, bm25_scores=b_scores)

@@ -245,15 +245,10 @@ def build_tab(loader: Loading) -> Ready:
                     progress=gr.Progress()):  # noqa: B008
         try:
             explorer = loader.get()
-            rankings, notes, answers = [], [], []
-            for j, m in enumerate(COMPARED):
-                progress(j / len(COMPARED), desc=f"scoring with {m}")
-                try:
-                    rankings.append(explorer.rank([doc or ""], q or "", n_sel, m))
-                except InputError:
-                    raise
-                except UserError as exc:  # e.g. the dense model cannot be fetched: the others still compare
-                    notes.append(f"{m}: {exc}")
+            answers = []
+            rankings, notes = explorer.compare(  # chunked and encoded once; a method that fails becomes a note
+                [doc or ""], q or "", n_sel, COMPARED,
+                progress=lambda j, m: progress(j / len(COMPARED), desc=f"scoring with {m}"))
             for r in rankings if answer_too else []:
                 progress(0.8, desc=f"answering with {r.method}")
                 t0, gen, first = time.perf_counter(), Generation(), None
