@@ -13,10 +13,10 @@ import gradio as gr
 import pandas as pd
 
 from ...core.generation import ANSWER_RULE, AnswerRule, Generation, fits_window, prompt_ids
-from ...data.textio import check_text, decode_text
+from ...data.textio import read_document
 from ...errors import InputError, UserError
 from ...evaluation.faithfulness import answer_support
-from ...pipeline import MAX_CHARS, AskStep, Explorer, Loading, Ranking
+from ...pipeline import AskStep, Explorer, Loading, Ranking
 from ...retrieval.registry import names
 from .. import plots
 from ..answer_check import ANSWER_LABEL, PLACEHOLDER, check_html, prefill_html, verdict
@@ -26,7 +26,6 @@ from ..glossary import SYMBOLS
 from ..gpu import on_gpu
 from ..wiring import Once, Ready
 
-MAX_UPLOAD_BYTES = 8 * MAX_CHARS // 2
 COMPARED = names("document", single=True)  # unreal, bm25, dense, sparse
 SELECTED_COLUMNS = ["chunk", "doc", "tokens", "score", "text"]
 TIMING_COLUMNS = ["method", "prompt tokens", "encode s", "retrieval s", "prefill s", "time to first token s"]
@@ -44,17 +43,8 @@ def read_upload(path: str | None, current: str) -> str:
     """Text of an uploaded file; on a refused file the current text stays and a warning says why."""
     if not path:
         return current
-    p = Path(path)
     try:
-        if p.suffix.lower() not in {".txt", ".md", ".markdown", ".text"}:
-            raise InputError(f"{p.name}: unsupported file type; use .txt or .md")
-        if p.stat().st_size > MAX_UPLOAD_BYTES:
-            raise InputError(f"{p.name}: {p.stat().st_size:,} bytes is over the upload limit")
-        text = decode_text(p.read_bytes(), p.name)
-        if len(text) > MAX_CHARS:
-            raise InputError(f"{p.name}: {len(text):,} characters; the limit is {MAX_CHARS:,}")
-        check_text(text, p.name)
-        return text
+        return read_document(path)  # the checks `ask --file` makes: type, size, encoding, damage, length
     except InputError as exc:
         gr.Warning(str(exc))
         return current
