@@ -29,7 +29,8 @@ page cache (Qdrant Edge memory-maps its storage); the OS can drop them.
 
 The result (``--out``, default ``precomputed/bench_qdrant.json``) records the CPU line of
 :func:`unreal_demo.core.cpu.status_line`, the threads, the load average at the start and the share of the cores
-other processes used during the run (``machine_busy`` when either says the timings are not valid).
+other processes used during the run (``machine_busy`` when that share is over 10%: the timings are not
+valid).
 """
 
 from __future__ import annotations
@@ -289,7 +290,7 @@ def main() -> None:
                         "and its peak VmHWM",
               "table": table}
     result |= {"load_average_after": list(os.getloadavg()), "other_processes_cpu_share": round(others, 3)}
-    if load[0] > 0.5 or others > 0.1:
+    if others > 0.1:  # measured over the run itself; the load average at the start lags by a minute
         result["machine_busy"] = (f"load {load[0]:.2f} at the start, other processes used {others:.0%} of the cores "
                                   "during the run: timings not valid")
     print(markdown(table))
