@@ -64,4 +64,4 @@ def test_other_settings_in_the_same_folder_are_refused(tiny, tmp_path):
 def test_dev_sample_is_fixed_and_capped():
     d = TextSet("d", [f"q{i}" for i in range(10)], [[] for _ in range(10)], [[i] for i in range(10)])
     (a,), (b,) = dev_sample([d], 4, 0), dev_sample([d], 4, 0)
-    assert a == b and len(a.texts) == 4 and all(int(t[1:]) == p[0] for t, p in zip(a.texts, a.positives))
+    assert a == b and len(a.texts) == 4 and all(int(t[1:]) == p[0] for t, p in zip(a.texts, a.positives, strict=True))
