@@ -30,7 +30,7 @@ import torch
 
 from .head import QueryHead
 from .maxsim import maxsim_reference
-from .state_training import recall_from_scores
+from .state_training import recall_from_scores, step_candidates
 from .training import info_nce
 
 
@@ -169,13 +169,7 @@ def fit_joint(head: QueryHead, backbone, train: Sequence[TextSet], dev: Sequence
         picks = [(i := gen.choice(sets), gen.randrange(len(train[i].texts))) for _ in range(cfg.batch)]
         pos = [where[torch.tensor(train[i].positives[j])] for i, j in picks]  # pool positions (−1: not one)
         mined = [hard[i][j] for i, j in picks] if hard is not None else []
-        step_cand = torch.cat([*pos, *mined, torch.randint(len(cand), (cfg.sampled,))]).unique()
-        step_cand = step_cand[step_cand >= 0]
-        at = torch.full((len(cand),), -1, dtype=torch.long)
-        at[step_cand] = torch.arange(len(step_cand))
-        positive = torch.zeros(cfg.batch, len(step_cand), dtype=torch.bool)
-        for b, ids in enumerate(pos):
-            positive[b, at[ids[ids >= 0]]] = True
+        step_cand, positive = step_candidates(pos, mined, len(cand), cfg.sampled)
         q = model(backbone, [train[i].texts[j] for i, j in picks], [train[i].contexts[j] for i, j in picks])
         loss = info_nce(maxsim_reference(q.float().cpu(), pool[step_cand]), positive, cfg.temperature)  # (B, C)
         opt.zero_grad()

@@ -143,6 +143,30 @@ def mine(head: QueryHead, data: StateSet, pool: torch.Tensor, n: int) -> list[to
     return list(scores(head, data.groups, pool).topk(min(n, len(pool)), dim=1).indices)
 
 
+def step_candidates(pos: Sequence[torch.Tensor], mined: Sequence[torch.Tensor], n: int, sampled: int | None,
+                    ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The candidate pool positions B(x) of one step and the ``(B, C)`` mask of each question's positives among them.
+
+    ``pos``: each question's positives as pool positions (−1: not a candidate, skipped); ``mined``: each question's
+    mined positions; ``sampled``: how many random pool positions join them (None: every one of the ``n``).
+
+    >>> cand, positive = step_candidates([torch.tensor([3, -1])], [torch.tensor([1])], 5, None)
+    >>> cand.tolist(), positive.tolist()
+    ([0, 1, 2, 3, 4], [[False, False, False, True, False]])
+    """
+    if sampled is None:
+        cand = torch.arange(n)
+    else:
+        cand = torch.cat([*pos, *mined, torch.randint(n, (sampled,))]).unique()
+        cand = cand[cand >= 0]
+    at = torch.full((n,), -1, dtype=torch.long)
+    at[cand] = torch.arange(len(cand))
+    positive = torch.zeros(len(pos), len(cand), dtype=torch.bool)
+    for b, ids in enumerate(pos):
+        positive[b, at[ids[ids >= 0]]] = True
+    return cand, positive
+
+
 def fit_states(head: QueryHead, train: Sequence[StateSet], dev: Sequence[StateSet], keys: torch.Tensor,
                cfg: StateTrainConfig, train_mask: torch.Tensor | None = None,
                log: Callable[[dict], None] | None = None) -> tuple[QueryHead, list[dict]]:
@@ -190,17 +214,8 @@ def fit_states(head: QueryHead, train: Sequence[StateSet], dev: Sequence[StateSe
         picks = [(src := gen.choice(sources), gen.randrange(len(src.positives))) for _ in range(cfg.batch)]
         g = torch.stack([src.groups[i] for src, i in picks]).float()  # (B, |α|, G, d)
         pos = [where[torch.tensor(src.positives[i])] for src, i in picks]  # pool positions (−1: not a candidate)
-        if cfg.negatives == "pool":
-            step_cand = torch.arange(len(cand))
-        else:
-            step_cand = torch.cat([*pos, *(hard[id(src)][i] for src, i in picks),
-                                   torch.randint(len(cand), (cfg.sampled,))]).unique()
-            step_cand = step_cand[step_cand >= 0]
-        at = torch.full((len(cand),), -1, dtype=torch.long)
-        at[step_cand] = torch.arange(len(step_cand))
-        positive = torch.zeros(cfg.batch, len(step_cand), dtype=torch.bool)
-        for b, ids in enumerate(pos):
-            positive[b, at[ids[ids >= 0]]] = True
+        step_cand, positive = step_candidates(pos, [hard[id(src)][i] for src, i in picks] if hard else [],
+                                              len(cand), None if cfg.negatives == "pool" else cfg.sampled)
         s = maxsim_reference(model.from_layer_groups(g), pool[step_cand])  # (B, C)
         loss = info_nce(s, positive, cfg.temperature)
         opt.zero_grad()

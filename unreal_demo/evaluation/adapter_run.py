@@ -1,7 +1,7 @@
 """The query-adapter experiment: natural questions + SQuAD-style questions over the shipped index's chunks.
 
 Pool: the chunks of the shipped index (its keys decoded once; no chunk is encoded again) without New-Wiki's
-(held out), and without the SQuAD dev articles of the dev split while training. Questions and positives:
+(held out), and without the SQuAD dev articles of the dev split while training. TextSet and positives:
 
 - ``nq`` / ``tqa``: NQ-open and TriviaQA by distant supervision (:mod:`data.natural`, rule ``dpr``: the best of
   BM25's top 100 pool chunks holding an answer alias), split by question into train and dev;
@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass
 import torch
 from tqdm import tqdm
 
+from ..core.joint_training import TextSet
 from ..core.maxsim import normalize_chunks
 from ..core.selection import BM25
 from ..core.state_training import (
@@ -42,16 +43,6 @@ from .retrieval import sample_questions
 NATURAL_SETS = {"nq": "nq_open", "tqa": "trivia_qa"}
 
 
-@dataclass
-class Questions:
-    """One set before caching: question texts, C0 texts, positive chunk ids."""
-
-    name: str
-    texts: list[str]
-    contexts: list[list[str]]
-    positives: list[list[int]]
-
-
 def pool_of(index) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Normalised keys ``(M, L_p, d)`` of the whole index, the mask of chunks any training or dev set may use (not
     New-Wiki), and the mask of training candidates (also not the SQuAD dev articles of the dev split)."""
@@ -68,7 +59,7 @@ def _cap(rng: random.Random, items: list, n: int) -> list:
     return items if len(items) <= n else rng.sample(items, n)
 
 
-def build_sets(index, n_context: int, seed: int = 0) -> tuple[list[Questions], list[Questions], Questions]:
+def build_sets(index, n_context: int, seed: int = 0) -> tuple[list[TextSet], list[TextSet], TextSet]:
     """(train sets, dev sets, the New-Wiki test set) with C0 and positives, over ``index``'s chunk ids; each set a
     seeded sample of at most :data:`TRAIN_CAP` / :data:`DEV_CAP` questions."""
     chunks = index.chunks
@@ -91,23 +82,23 @@ def build_sets(index, n_context: int, seed: int = 0) -> tuple[list[Questions], l
         for side, out, cap in zip(question_split(qs), (trains, devs), (TRAIN_CAP, DEV_CAP), strict=True):
             side = _cap(rng, [q for q in side if q.id in kept], cap[short])
             qtexts = [q.text for q in side]
-            out.append(Questions(short, qtexts, c0(qtexts), [kept[q.id] for q in side]))
+            out.append(TextSet(short, qtexts, c0(qtexts), [kept[q.id] for q in side]))
     by_passage: dict[str, list[int]] = {}
     for i, c in enumerate(chunks):
         by_passage.setdefault(c["passage"], []).append(i)
     for (_, questions), cap, out in zip(article_split("squad_dev"), (TRAIN_CAP, DEV_CAP), (trains, devs), strict=True):
         qs = [q for q in _cap(rng, questions, cap["squad"]) if q.passage_id in by_passage]
         qtexts = [q.text for q in qs]
-        out.append(Questions("squad", qtexts, c0(qtexts), [by_passage[q.passage_id] for q in qs]))
+        out.append(TextSet("squad", qtexts, c0(qtexts), [by_passage[q.passage_id] for q in qs]))
     test_qs = sample_questions(1000, 0)[1][:TEST]
     qtexts = [q.text for q in test_qs]
     _, ids = index.bm25_topk(qtexts, max(1, n_context))
     contexts = [[chunks[j]["text"] for j in row[:n_context]] for row in ids.tolist()]
-    test = Questions("new_wiki", qtexts, contexts, [by_passage[q.passage_id] for q in test_qs])
+    test = TextSet("new_wiki", qtexts, contexts, [by_passage[q.passage_id] for q in test_qs])
     return trains, devs, test
 
 
-def cached_sets(index, n_context: int, folder) -> tuple[list[Questions], list[Questions], Questions]:
+def cached_sets(index, n_context: int, folder) -> tuple[list[TextSet], list[TextSet], TextSet]:
     """:func:`build_sets`, kept as JSON in ``folder`` (the distant supervision takes ~2 minutes)."""
     import hashlib
     import json
@@ -117,8 +108,8 @@ def cached_sets(index, n_context: int, folder) -> tuple[list[Questions], list[Qu
     path = Path(folder) / f"c{n_context}-{caps}.json"
     if path.exists():
         raw = json.loads(path.read_text())
-        trains, devs = ([Questions(**q) for q in raw[side]] for side in ("train", "dev"))
-        return trains, devs, Questions(**raw["test"])
+        trains, devs = ([TextSet(**q) for q in raw[side]] for side in ("train", "dev"))
+        return trains, devs, TextSet(**raw["test"])
     trains, devs, test = build_sets(index, n_context)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"train": [asdict(q) for q in trains], "dev": [asdict(q) for q in devs],
@@ -147,7 +138,7 @@ def masks(index) -> tuple[torch.Tensor, torch.Tensor]:
     return usable, train
 
 
-def cache_sets(head, backbone, sets: list[Questions], folder) -> list[StateSet]:
+def cache_sets(head, backbone, sets: list[TextSet], folder) -> list[StateSet]:
     """Each set's layer groups, cached in ``folder`` (resumable), as :class:`StateSet`."""
     out = []
     for s in sets:
@@ -179,12 +170,12 @@ def _dense_vectors(index) -> torch.Tensor:
     return torch.cat([torch.from_numpy(index.dense_vectors(s)) for s in index.shards]).float()
 
 
-def bm25_recall(index, data: Questions, usable: torch.Tensor, ks=(1, 10)) -> dict[str, float]:
+def bm25_recall(index, data: TextSet, usable: torch.Tensor, ks=(1, 10)) -> dict[str, float]:
     """BM25's R@k for a set over the chunks ``usable`` marks (the same candidates UNREAL ranks)."""
     return recall_from_scores(bm25_within(index, data.texts, usable), data.positives, ks)
 
 
-def dense_recall(index, data: Questions, usable: torch.Tensor, ks=(1, 10)) -> dict[str, float]:
+def dense_recall(index, data: TextSet, usable: torch.Tensor, ks=(1, 10)) -> dict[str, float]:
     """Dense MiniLM's R@k for a set over the chunks ``usable`` marks (the index's stored MiniLM vectors)."""
     from ..core.minilm import embed
 
@@ -351,7 +342,7 @@ def run(head_path: str, n_context: int | None = None, labels: list[str] | None =
     return result
 
 
-def cleaner(index, usable: torch.Tensor, sets: list[Questions], cached: list[StateSet], depth: int,
+def cleaner(index, usable: torch.Tensor, sets: list[TextSet], cached: list[StateSet], depth: int,
             ) -> list[StateSet]:
     """The natural sets keeping only questions whose positive BM25 ranks in its top ``depth`` over the usable
     chunks (named ``nq@3``, …): fewer, cleaner positives (50 read pairs: 8 of 16 right at rank ≤ 3, 13 of 50 at
@@ -364,7 +355,7 @@ def cleaner(index, usable: torch.Tensor, sets: list[Questions], cached: list[Sta
     return out
 
 
-def clean_ids(index, usable: torch.Tensor, q: Questions, depth: int) -> list[int]:
+def clean_ids(index, usable: torch.Tensor, q: TextSet, depth: int) -> list[int]:
     """The questions of ``q`` with a positive among BM25's top ``depth`` usable chunks (:func:`cleaner`'s rule)."""
     top = bm25_within(index, q.texts, usable).topk(depth, dim=1).indices.tolist()
     return [i for i, (t, p) in enumerate(zip(top, q.positives, strict=True)) if set(t) & set(p)]
@@ -383,7 +374,7 @@ C0_SOURCES = ("BM25 top-|C0| (the paper's; shipped)", "none (|C0| = 0)", "the he
               "dense MiniLM top-|C0| (a second model)", "gold chunk + BM25 top-1 (upper bound)", "BM25 top-5")
 
 
-def c0_ablation(head, backbone, index, sets: list[Questions], usable: list[torch.Tensor], folder,
+def c0_ablation(head, backbone, index, sets: list[TextSet], usable: list[torch.Tensor], folder,
                 log=print) -> list[dict]:
     """R@1 / R@10 of ``head`` on each set with C0 taken from each of :data:`C0_SOURCES` at query time (same
     trained weights; ``usable[i]`` marks set i's candidate chunks). Query states are cached per source."""
@@ -425,7 +416,7 @@ def c0_ablation(head, backbone, index, sets: list[Questions], usable: list[torch
     return rows
 
 
-def fit_fusion_on_dev(head, index, devs: list[Questions], cached: list[StateSet], keys: torch.Tensor,
+def fit_fusion_on_dev(head, index, devs: list[TextSet], cached: list[StateSet], keys: torch.Tensor,
                       usable: torch.Tensor) -> float:
     """The score-fusion weight w of ``head`` (``w·z(UNREAL) + (1−w)·z(BM25)``, best MRR@10) refitted on the dev
     sets' cached states over the usable chunks (:func:`evaluation.retrieval.fit_fusion_weight`)."""
