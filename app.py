@@ -1,7 +1,9 @@
 """UNREAL Explorer: ``python app.py [--model ID] [--head PATH] [--device D] [--dtype T] [--host H] [--port P]``.
 
 Every flag also reads an environment variable (for a Space): ``UNREAL_MODEL``, ``UNREAL_HEAD``,
-``UNREAL_DEVICE``, ``UNREAL_DTYPE``, ``GRADIO_SERVER_NAME``, ``GRADIO_SERVER_PORT``.
+``UNREAL_DEVICE``, ``UNREAL_DTYPE``, ``GRADIO_SERVER_NAME``, ``GRADIO_SERVER_PORT``. ``UNREAL_OPEN_STORES=1|0``
+lets visitors open any index folder or Qdrant store in the Wikipedia tab, or not; by default they may unless the
+app is public (on a Space, with ``--share``, or on a host other than loopback).
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import sys
 import threading
 from typing import TYPE_CHECKING
 
-from unreal_demo.settings import DEFAULT_MODEL, env  # standard library only, as the splash
+from unreal_demo.settings import DEFAULT_MODEL, env, open_stores  # standard library only, as the splash
 from unreal_demo.ui.splash import Splash  # standard library only: the port serves before anything heavy imports
 
 if TYPE_CHECKING:
@@ -46,6 +48,11 @@ def main() -> int:
     parser.add_argument("--share", action="store_true")
     args = parser.parse_args()
     try:
+        stores = open_stores(share=args.share, host=args.host)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    try:
         splash = Splash(args.host, args.port)
     except OSError as exc:
         print(f"error: cannot serve on {args.host}:{args.port}: {exc}", file=sys.stderr)
@@ -69,7 +76,7 @@ def main() -> int:
     from unreal_demo.ui.app import CSS, build_demo
 
     try:
-        demo = build_demo(loader)
+        demo = build_demo(loader, open_stores=stores)
     except Exception as exc:  # a bug: the page and any waiting client hear it, the log has the traceback
         splash.fail(f"building the page failed: {type(exc).__name__}: {exc}")
         raise

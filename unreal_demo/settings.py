@@ -9,6 +9,7 @@ Every other default comes from the loaded head.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from pathlib import Path
 
@@ -30,11 +31,16 @@ TOKENS_PER_S = 576  # index build speed on 2 CPU cores (precomputed/bench_index.
 CACHE_ENV = "UNREAL_CACHE"
 ENCODE_ENV = "UNREAL_DTYPE"
 SCAN_ENV = "UNREAL_SCAN"
+STORES_ENV = "UNREAL_OPEN_STORES"
+SPACE_ENV = "SPACE_ID"
 ENVIRONMENT = {
     CACHE_ENV: "the cache folder (models, data sets, encodings, indexes); else $XDG_CACHE_HOME/unreal",
     "XDG_CACHE_HOME": "the cache folder's parent when $UNREAL_CACHE is unset (default ~/.cache)",
     ENCODE_ENV: "encoding dtype (fp32, bf16, fp16); else the CPU's choice (core.cpu.choose); also app.py --dtype",
     SCAN_ENV: "MaxSim scan path on CPU (numkong or torch); else numkong where installed",
+    STORES_ENV: "1: the Wikipedia tab opens any index folder or Qdrant store a visitor names; 0: only its own "
+                "indexes; else 1 unless the app is public (a Space, --share, a --host other than loopback)",
+    SPACE_ENV: "set by Hugging Face on a Space: the app is public (see $UNREAL_OPEN_STORES)",
     "UNREAL_MODEL": "app.py --model", "UNREAL_HEAD": "app.py --head", "UNREAL_DEVICE": "app.py --device",
     "GRADIO_SERVER_NAME": "app.py --host (default 127.0.0.1)", "GRADIO_SERVER_PORT": "app.py --port (default 7860)",
     "HF_HUB_OFFLINE": "1: never probe the Hugging Face hub", "HF_ENDPOINT": "the hub probed before a download",
@@ -50,6 +56,37 @@ def env(name: str, default: str | None = None) -> str | None:
     if name not in ENVIRONMENT:
         raise KeyError(f"{name} is not a setting of this package (add it to settings.ENVIRONMENT)")
     return os.environ.get(name, default)
+
+
+def open_stores(share: bool = False, host: str | None = None) -> bool:
+    """Whether the app's Wikipedia tab may open an index folder or Qdrant store a visitor names (any path on the
+    server, any URL): ``$UNREAL_OPEN_STORES`` (``1`` or ``0``), else only when the app is not public, that is
+    not on a Hugging Face Space (``$SPACE_ID``), not shared (``app.py --share``) and served on a loopback host
+    (``host``, else ``$GRADIO_SERVER_NAME``, else 127.0.0.1).
+
+    Raises
+    ------
+    ValueError
+        ``$UNREAL_OPEN_STORES`` is set to something other than 0 or 1.
+    """
+    value = (env(STORES_ENV) or "").strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off"):
+        return False
+    if value:
+        raise ValueError(f"${STORES_ENV} is 0 or 1, not {value!r}")
+    return not (share or env(SPACE_ENV) or not _loopback(host or env("GRADIO_SERVER_NAME") or "127.0.0.1"))
+
+
+def _loopback(host: str) -> bool:
+    """Whether ``host`` serves this machine only (``localhost``, ``127.0.0.0/8``, ``::1``)."""
+    if host.strip("[]").lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:  # a host name: it may be reached from elsewhere
+        return False
 
 
 def cache_dir() -> Path:

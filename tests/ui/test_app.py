@@ -197,6 +197,51 @@ def test_wikipedia_tab_searches_an_exported_qdrant_edge_store(client, explorer, 
         ask("bm25", where=f"qdrant-edge:{tmp_path / 'none'}")
 
 
+def test_a_public_app_opens_no_visitors_store(explorer, tmp_path, monkeypatch):
+    """With ``open_stores`` off (a Space, --share) the Wikipedia tab refuses a folder, a store or a filter in one
+    line, and still searches its corpus's own index; the setting reads $UNREAL_OPEN_STORES, then $SPACE_ID."""
+    from unreal_demo import settings
+    from unreal_demo.data.sources import Passage
+    from unreal_demo.store import index as ix
+    from unreal_demo.ui.tabs.wikipedia import CLOSED
+
+    for name in (settings.STORES_ENV, settings.SPACE_ENV, "GRADIO_SERVER_NAME"):
+        monkeypatch.delenv(name, raising=False)
+    assert settings.open_stores() and settings.open_stores(host="localhost") and settings.open_stores(host="::1")
+    assert not settings.open_stores(share=True) and not settings.open_stores(host="0.0.0.0")
+    monkeypatch.setenv(settings.SPACE_ENV, "someone/unreal")
+    assert not settings.open_stores()
+    monkeypatch.setenv(settings.STORES_ENV, "1")
+    assert settings.open_stores(share=True)
+    monkeypatch.setenv(settings.STORES_ENV, "0")
+    monkeypatch.delenv(settings.SPACE_ENV)
+    assert not settings.open_stores()
+    monkeypatch.setenv(settings.STORES_ENV, "maybe")
+    with pytest.raises(ValueError, match="UNREAL_OPEN_STORES is 0 or 1"):
+        settings.open_stores()
+
+    monkeypatch.setenv(settings.CACHE_ENV, str(tmp_path / "cache"))  # the corpus's own index: built in the cache
+    passages = [Passage(f"p{i}", f"Title {i}", f"Passage {i}: the widget{i:02d} weighs {i * 3} kilograms.",
+                        "new_wiki") for i in range(12)]
+    ix.build_index(ix.default_folder(explorer, "new_wiki"), explorer.backbone, passages, layer=3,
+                   n_pool=explorer.head.config.n_pool, shard_size=8)
+    ix.build_index(tmp_path / "ix", explorer.backbone, passages, layer=3, n_pool=explorer.head.config.n_pool)
+    demo = build_demo(explorer, open_stores=False)
+    demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", server_port=None, quiet=True)
+    try:
+        client = gradio_client.Client(demo.local_url, verbose=False)
+        for where, source in ((str(tmp_path / "ix"), ""), ("qdrant:http://127.0.0.1:1/x", ""), ("", "summaries")):
+            with pytest.raises(Exception, match="searches its own indexes only") as refused:
+                client.predict("How much does widget07 weigh?", 5, "bm25", "new_wiki", where, source, "",
+                               api_name="/search")
+            assert str(refused.value).strip() == CLOSED  # one line, no traceback
+        _chart, table, _bm25, status, *_ = client.predict("How much does widget07 weigh?", 5, "bm25", "new_wiki",
+                                                          api_name="/search")
+        assert status.startswith("index ") and table["data"][0][-1].startswith("Passage 7:")
+    finally:
+        demo.close()
+
+
 def test_topn_live_run_needs_an_n(client):
     with pytest.raises(Exception, match="pick at least one n"):
         client.predict("2K", [], 1, "f1", api_name="/topn")

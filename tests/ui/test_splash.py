@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -168,3 +169,9 @@ class TestAppStart:
                              capture_output=True, text=True, timeout=120)
         assert run.returncode == 2
         assert run.stderr.startswith("error: ") and "Traceback" not in run.stderr
+
+    def test_bad_open_stores_setting_is_a_clear_error(self):
+        run = subprocess.run([sys.executable, str(APP), "--port", "0"], capture_output=True, text=True, timeout=120,
+                             env={**os.environ, "UNREAL_OPEN_STORES": "maybe"})
+        assert run.returncode == 2
+        assert run.stderr == "error: $UNREAL_OPEN_STORES is 0 or 1, not 'maybe'\n"

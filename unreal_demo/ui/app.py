@@ -17,6 +17,7 @@ import gradio as gr
 
 from ..pipeline import Explorer, Loading
 from ..settings import ASSETS
+from ..settings import open_stores as public_default
 from .glossary import glossary_markdown
 from .tabs import about, flops, intrinsic, long_document, topn, wikipedia
 from .wiring import Ready
@@ -32,12 +33,15 @@ INTRO = ("A small language model (frozen, never fine-tuned) picks the few passag
          "just below, and the small print under each control says what it sets.")
 
 
-def build_demo(model: Loading | Explorer) -> gr.Blocks:
-    """The UNREAL Explorer app; the model and head are shared read-only by every session.
+def build_demo(model: Loading | Explorer, open_stores: bool | None = None) -> gr.Blocks:
+    """The UNREAL Explorer app; the model and head are shared read-only by every session. ``open_stores``: whether
+    a visitor may open any index folder or Qdrant store in the Wikipedia tab (default
+    :func:`settings.open_stores <unreal_demo.settings.open_stores>`: yes unless the app is public).
 
     ``demo.warm()`` starts the worked examples in the background (call it once the page serves; each page
     also starts them when it opens, and they are computed once)."""
     loader = model if isinstance(model, Loading) else Loading.of(model)
+    stores = public_default() if open_stores is None else open_stores
     with gr.Blocks(title="UNREAL Explorer") as demo:
         gr.Markdown(f"# UNREAL Explorer\n{INTRO} Model: `{loader.model}`.", elem_classes=["unreal-header"])
         with gr.Accordion("Symbols: what ℓc, n, q_g, k_p, |C0|, κ, λ … mean", open=False, elem_id="unreal-glossary"):
@@ -47,7 +51,8 @@ def build_demo(model: Loading | Explorer) -> gr.Blocks:
         with gr.Tabs():
             for title, tab in TABS:
                 with gr.Tab(title):
-                    readies.append(tab.build_tab(loader))
+                    readies.append(tab.build_tab(loader, open_stores=stores) if tab is wikipedia else
+                                   tab.build_tab(loader))
         outputs = [status, *{id(c): c for r in readies for c in r.components}.values()]
         examples = [r.example for r in readies if r.example is not None]
 

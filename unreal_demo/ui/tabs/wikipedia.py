@@ -35,6 +35,8 @@ from ..wiring import Ready
 CORPORA = {"new_wiki": "SQuAD-Shifts New-Wiki paragraphs (1,581)", "squad_dev": "SQuAD v1.1 dev paragraphs (2,067)",
            "summaries": "Wikipedia lead summaries (10,033)", "enwiki": "full enwiki articles (106)",
            "all": "all of the above (13,787 passages, 20,354 chunks)"}
+CLOSED = ("this server searches its own indexes only: opening an index folder or Qdrant store is off "
+          "(UNREAL_OPEN_STORES=1 turns it on)")
 FILTER_VIEWS = 8  # filtered views of Qdrant stores kept open at once (the oldest is dropped)
 HIT_COLUMNS = ["rank", "title", "score", "BM25 rank", "passage"]
 EXAMPLE_QUERIES = {  # held-out questions whose gold passage is in the index ("all"), and one SQuAD dev question
@@ -136,7 +138,9 @@ def ready_corpora(explorer: Explorer) -> list[str]:
     return [name for name in CORPORA if (ix.default_index(explorer, name) / "manifest.json").exists()]
 
 
-def build_tab(loader: Loading) -> Ready:
+def build_tab(loader: Loading, open_stores: bool = True) -> Ready:
+    """The tab; ``open_stores`` False (a public app: :func:`settings.open_stores <unreal_demo.settings.open_stores>`)
+    hides the store and filter boxes and refuses a folder, store or filter sent to its functions (:data:`CLOSED`)."""
     # opened stores: a corpus name -> its index; (folder or store string, filter) -> an index or a Qdrant store
     state: dict[object, ix.Index | qd.QdrantStore] = {}
     described: dict[object, str] = {}  # the status line of each opened store (its size is read once)
@@ -155,6 +159,8 @@ def build_tab(loader: Loading) -> Ready:
             index folder.
         """
         where = (where or "").strip()
+        if not open_stores and (where or only is not None):  # a public app: no visitor's path or URL is opened
+            raise ix.IndexStoreError(CLOSED)
         if only is not None and not qd.is_spec(where):
             raise ix.IndexStoreError("the source and title filters apply to a Qdrant store (qdrant-edge:DIR or "
                                      "qdrant:URL), not to an index folder: clear them or open a store")
@@ -191,7 +197,7 @@ def build_tab(loader: Loading) -> Ready:
             f"{k}: {v}" for k, v in CORPORA.items()))
         load = gr.Button("Build or load index", interactive=False)
         status = gr.Markdown("the indexes ready to search are listed once the model is loaded")
-    with gr.Row():
+    with gr.Row(visible=open_stores):
         store_box = gr.Textbox(value="", label="index folder or Qdrant store", scale=2,
                                placeholder="empty: the corpus's index",
                                info="an index folder, qdrant-edge:DIR (made by `python -m unreal_demo index export "
@@ -272,6 +278,8 @@ def build_tab(loader: Loading) -> Ready:
         return f"built {len(state[name]):,} chunks in {time.perf_counter() - t0:.0f} s at `{display_path(path)}`"
 
     def do_search(q: str, k_: float, m: str, name: str = "all", where: str = "", source: str = "", title: str = ""):
+        if name not in CORPORA:  # the dropdown checks it too; a corpus name becomes part of a folder's name
+            raise gr.Error(f"unknown corpus {name!r}")
         if not q or not q.strip():
             raise gr.Error("the query is empty")
         try:
