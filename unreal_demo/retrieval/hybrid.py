@@ -17,15 +17,20 @@ from .unreal import UnrealRetriever
 RRF_DEPTH = 100  # each list's depth in reciprocal-rank fusion
 
 
-class HybridRRF(Retriever):
-    """Reciprocal-rank fusion of the UNREAL and the BM25 top-:data:`RRF_DEPTH`."""
+class Hybrid(Retriever):
+    """A hybrid: UNREAL (the LLM's head over the chunks' keys) composed with BM25."""
 
-    name, label = "hybrid-rrf", "UNREAL + BM25, RRF (k=60)"
-    help = "reciprocal-rank fusion of the UNREAL and BM25 top-100"
     model, needs, composed = True, ("keys",), True
 
     def __init__(self, unreal: UnrealRetriever, bm25: BM25Retriever) -> None:
         self.unreal, self.bm25 = unreal, bm25
+
+
+class HybridRRF(Hybrid):
+    """Reciprocal-rank fusion of the UNREAL and the BM25 top-:data:`RRF_DEPTH`."""
+
+    name, label = "hybrid-rrf", "UNREAL + BM25, RRF (k=60)"
+    help = "reciprocal-rank fusion of the UNREAL and BM25 top-100"
 
     def search(self, store: Any, queries: Sequence[str], k: int, explorer: Any = None,
                fusion_weight: float | None = None, vectors: torch.Tensor | None = None) -> Retrieval:
@@ -37,15 +42,12 @@ class HybridRRF(Retriever):
                          bm25_scores=b_scores)
 
 
-class HybridFusion(Retriever):
+class HybridFusion(Hybrid):
     """Score fusion of every chunk's standardised UNREAL and BM25 scores at the head's fitted weight w."""
 
     name, label = "hybrid-fusion", "UNREAL + BM25, score fusion"
     help = "w·z(UNREAL) + (1−w)·z(BM25), w fitted on the dev split"
-    model, needs, scopes, composed = True, ("keys",), frozenset({"corpus", "index"}), True
-
-    def __init__(self, unreal: UnrealRetriever, bm25: BM25Retriever) -> None:
-        self.unreal, self.bm25 = unreal, bm25
+    scopes = frozenset({"corpus", "index"})
 
     def search(self, store: Any, queries: Sequence[str], k: int, explorer: Any = None,
                fusion_weight: float | None = None, vectors: torch.Tensor | None = None) -> Retrieval:

@@ -23,6 +23,15 @@ class StoreError(UserError, ValueError):
     """Data a store does not keep was read (chunk encodings without the model, token states not kept)."""
 
 
+def backbone_mismatch(made: dict, backbone, layer: int, what: str) -> str | None:
+    """Why the keys of a store whose manifest is ``made`` (its ``model``, ``revision`` and ``chunk_layer``) do not
+    fit ``backbone`` at ℓc = ``layer``, naming the store ``what`` (``index``, ``store``); None when they fit."""
+    if (made["model"], made["revision"], made["chunk_layer"]) == (backbone.name, backbone.revision, layer):
+        return None
+    return (f"{what} built with {made['model']} ({made['revision']}) at ℓc={made['chunk_layer']}; "
+            f"the loaded model is {backbone.name} ({backbone.revision}) with ℓc={layer}")
+
+
 def topk(scores: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Scores and ids ``(Q, k)`` best first of scores ``(Q, M)`` in chunk order (``k`` clamped to M)."""
     return torch.topk(scores, min(k, scores.shape[1]), dim=1)

@@ -47,7 +47,7 @@ from ..core.selection import BM25
 from ..data.sources import Passage, sha256_file
 from ..errors import UserError
 from ..settings import CHUNK_TOKENS, cache_dir
-from .base import TextStore
+from .base import TextStore, backbone_mismatch
 
 RESCORE = 32  # candidates beyond k that a scan with rounded query scores re-scores in fp32 (Index.maxsim_topk)
 RESCORE_BUDGET = 16_384  # most (query, candidate) pairs one re-scoring gathers (~264 MB of fp32 keys at 7 × 576);
@@ -372,10 +372,9 @@ class Index(TextStore):
         return out
 
     def check_backbone(self, backbone: Backbone, layer: int) -> None:
-        m = self.manifest
-        if (m["model"], m["revision"], m["chunk_layer"]) != (backbone.name, backbone.revision, layer):
-            raise IndexStoreError(f"index built with {m['model']} ({m['revision']}) at ℓc={m['chunk_layer']}; "
-                                  f"the loaded model is {backbone.name} ({backbone.revision}) with ℓc={layer}")
+        """:class:`IndexStoreError` unless the index was built with this model, revision and ℓc."""
+        if why := backbone_mismatch(self.manifest, backbone, layer, "index"):
+            raise IndexStoreError(why)
 
     @property
     def bm25(self) -> BM25:

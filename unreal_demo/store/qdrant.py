@@ -46,7 +46,7 @@ import torch
 
 from ..core.selection import BM25
 from ..data.sources import Passage
-from .base import TextStore
+from .base import TextStore, backbone_mismatch
 from .index import Index, IndexStoreError
 
 EDGE, SERVER = "qdrant-edge:", "qdrant:"
@@ -426,10 +426,8 @@ class QdrantStore(TextStore):
 
     def check_backbone(self, backbone, layer: int) -> None:
         """:class:`IndexStoreError` unless the store was made with this model, revision and ℓc."""
-        m = self._meta
-        if (m["model"], m["revision"], m["chunk_layer"]) != (backbone.name, backbone.revision, layer):
-            raise IndexStoreError(f"store built with {m['model']} ({m['revision']}) at ℓc={m['chunk_layer']}; "
-                                  f"the loaded model is {backbone.name} ({backbone.revision}) with ℓc={layer}")
+        if why := backbone_mismatch(self._meta, backbone, layer, "store"):
+            raise IndexStoreError(why)
 
     def lacks(self, role: str) -> str | None:
         """What this store lacks for ``role`` (``keys``, ``dense``, ``token_states``), or None when it serves it."""
