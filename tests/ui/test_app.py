@@ -28,7 +28,7 @@ def explorer(tiny):
 
 @pytest.fixture(scope="module")
 def client(explorer):
-    demo = build_demo(explorer)
+    demo = build_demo(explorer, open_stores=True)  # the Wikipedia tab opens any store (as on a laptop)
     demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", server_port=None, quiet=True)
     try:
         yield gradio_client.Client(demo.local_url, verbose=False)
