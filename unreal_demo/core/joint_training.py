@@ -30,7 +30,7 @@ import torch
 
 from .head import QueryHead
 from .maxsim import maxsim_reference
-from .state_training import recall_from_scores, step_candidates
+from .state_training import BestCheck, recall_from_scores, step_candidates
 from .training import info_nce
 
 
@@ -155,16 +155,16 @@ def fit_joint(head: QueryHead, backbone, train: Sequence[TextSet], dev: Sequence
         opt.load_state_dict(state["opt"])
         gen.setstate(state["gen"])
         torch.set_rng_state(state["torch"])
-        history, best, best_state, waited = state["history"], state["best"], state["best_state"], state["waited"]
+        history, best = state["history"], BestCheck(state["best"], state["best_state"], state["waited"])
         start = history[-1]["step"] + 1
     else:
         history = [check(0, float("nan"))]
-        best, best_state, waited, start = history[0], copy.deepcopy(model.state_dict()), 0, 1
+        best, start = BestCheck(history[0], copy.deepcopy(model.state_dict())), 1
         if log is not None:
             log(history[0])
     started, running = time.time(), []
     for step in range(start, cfg.steps + 1):
-        if waited >= cfg.patience:
+        if best.waited >= cfg.patience:
             break
         picks = [(i := gen.choice(sets), gen.randrange(len(train[i].texts))) for _ in range(cfg.batch)]
         pos = [where[torch.tensor(train[i].positives[j])] for i, j in picks]  # pool positions (−1: not one)
@@ -180,21 +180,18 @@ def fit_joint(head: QueryHead, backbone, train: Sequence[TextSet], dev: Sequence
             row = check(step, sum(running) / len(running)) | {"seconds": round(time.time() - started, 1)}
             running = []
             history.append(row)
-            if (row["mean R@1"], row["mean R@10"]) > (best["mean R@1"], best["mean R@10"]):
-                best, best_state, waited = row, copy.deepcopy(model.state_dict()), 0
+            if best.see(row, model):
                 model.save(out / "best")  # the best head so far, readable while the run goes on
-            else:
-                waited += 1
             tmp = ckpt.with_suffix(".tmp")
             torch.save({"settings": settings, "model": model.state_dict(), "opt": opt.state_dict(),
-                        "gen": gen.getstate(), "torch": torch.get_rng_state(), "history": history, "best": best,
-                        "best_state": best_state, "waited": waited}, tmp)
+                        "gen": gen.getstate(), "torch": torch.get_rng_state(), "history": history, "best": best.row,
+                        "best_state": best.state, "waited": best.waited}, tmp)
             tmp.replace(ckpt)
             with (out / "log.jsonl").open("a") as f:
                 f.write(json.dumps(row) + "\n")
             if log is not None:
                 log(row)
-    model.load_state_dict(best_state)
+    model.load_state_dict(best.state)
     for p in model.parameters():
         p.requires_grad_(True)
     return model.eval(), history

@@ -167,6 +167,30 @@ def step_candidates(pos: Sequence[torch.Tensor], mined: Sequence[torch.Tensor], 
     return cand, positive
 
 
+@dataclass
+class BestCheck:
+    """Early stopping on dev checks: the best row so far (mean R@1, then mean R@10), its weights, and how many
+    checks have passed without a better one.
+
+    >>> m = torch.nn.Linear(1, 1)
+    >>> b = BestCheck({"mean R@1": 0.2, "mean R@10": 0.5}, m.state_dict())
+    >>> b.see({"mean R@1": 0.2, "mean R@10": 0.6}, m), b.see({"mean R@1": 0.1, "mean R@10": 0.9}, m), b.waited
+    (True, False, 1)
+    """
+
+    row: dict
+    state: dict
+    waited: int = 0
+
+    def see(self, row: dict, model: torch.nn.Module) -> bool:
+        """Record a dev check; True (and the weights kept) when it beats the best so far."""
+        if (row["mean R@1"], row["mean R@10"]) > (self.row["mean R@1"], self.row["mean R@10"]):
+            self.row, self.state, self.waited = row, copy.deepcopy(model.state_dict()), 0
+            return True
+        self.waited += 1
+        return False
+
+
 def fit_states(head: QueryHead, train: Sequence[StateSet], dev: Sequence[StateSet], keys: torch.Tensor,
                cfg: StateTrainConfig, train_mask: torch.Tensor | None = None,
                log: Callable[[dict], None] | None = None) -> tuple[QueryHead, list[dict]]:
@@ -209,7 +233,7 @@ def fit_states(head: QueryHead, train: Sequence[StateSet], dev: Sequence[StateSe
         return row
 
     history = [check(0, float("nan"))]
-    best, best_state, waited, started, running = history[0], copy.deepcopy(model.state_dict()), 0, time.time(), []
+    best, started, running = BestCheck(history[0], copy.deepcopy(model.state_dict())), time.time(), []
     for step in range(1, cfg.steps + 1):
         picks = [(src := gen.choice(sources), gen.randrange(len(src.positives))) for _ in range(cfg.batch)]
         g = torch.stack([src.groups[i] for src, i in picks]).float()  # (B, |α|, G, d)
@@ -228,13 +252,9 @@ def fit_states(head: QueryHead, train: Sequence[StateSet], dev: Sequence[StateSe
             history.append(row)
             if log is not None:
                 log(row)
-            if (row["mean R@1"], row["mean R@10"]) > (best["mean R@1"], best["mean R@10"]):
-                best, best_state, waited = row, copy.deepcopy(model.state_dict()), 0
-            else:
-                waited += 1
-                if waited >= cfg.patience:
-                    break
-    model.load_state_dict(best_state)
+            if not best.see(row, model) and best.waited >= cfg.patience:
+                break
+    model.load_state_dict(best.state)
     for p in model.parameters():
         p.requires_grad_(True)
     return model.eval(), history
