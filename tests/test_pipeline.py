@@ -6,7 +6,7 @@ import pytest
 
 from unreal_demo.core.generation import AnswerRule
 from unreal_demo.core.head import untrained_head
-from unreal_demo.pipeline import Explorer, InputError
+from unreal_demo.pipeline import Explorer, FullContext, IndexStoreError, InputError
 
 DOC = " ".join(f"Fact number {i} says the value is {i * 7}." for i in range(120))
 
@@ -126,3 +126,86 @@ def test_compare_chunks_and_encodes_the_document_once(explorer, monkeypatch):
     assert calls["encode"] == 1  # the reruns above found the cached encoding
     with pytest.raises(InputError, match="the question is empty"):
         explorer.compare([DOC], " ", 3, methods)
+
+
+def test_every_answer_path_streams_through_stream_passages(explorer, monkeypatch):
+    """ask_stream, answer_stream, answer and full_context all answer through stream_passages: the prompt's length
+    first, then the answer with its timings; ask() is ask_stream's last step."""
+    seen = []
+    original = explorer.stream_passages
+
+    def recording(passages, question, rule, source):
+        seen.append((len(passages), source))
+        return original(passages, question, rule, source)
+
+    monkeypatch.setattr(explorer, "stream_passages", recording)
+    steps = list(explorer.ask_stream([DOC], "What does fact 7 say?", 2, "bm25", AnswerRule(3, first_sentence=False)))
+    ranking = steps[0].ranking
+    assert steps[0].prompt_tokens == 0 and steps[1].prompt_tokens > 0 and steps[1].text == ""
+    assert steps[-1].done and set(steps[-1].timings) >= {"chunk", "retrieval", "prefill", "first_token", "total"}
+    assert ranking.passages == [ranking.chunks[i].text for i in ranking.selected]
+    reply = explorer.answer(ranking, "What does fact 7 say?", AnswerRule(3, first_sentence=False))
+    assert reply.done and reply.text == steps[-1].text and reply.prompt_tokens == steps[1].prompt_tokens
+    full = explorer.full_context(ranking, "What does fact 7 say?", timed=True)
+    assert full.fits and full.prompt_tokens > reply.prompt_tokens and full.first_token >= full.prefill > 0
+    assert explorer.full_context(ranking, "What does fact 7 say?") == FullContext(full.prompt_tokens, True,
+                                                                                 full.window)
+    assert seen == [(2, "bm25"), (2, "bm25"), (len(ranking.chunks), "full")]
+
+
+def _corpus(tmp_path, n=10):
+    import json
+
+    path = tmp_path / "corpus.jsonl"
+    path.write_text("".join(json.dumps({"id": f"p{i}", "title": f"Town {i}", "text": f"Town {i} has {i * 11} mills."})
+                            + "\n" for i in range(n)))
+    return path
+
+
+def test_build_index_resumes_with_the_settings_it_was_started_with(explorer, tmp_path):
+    """index build and the tab's Build or load index: one call; a killed build resumes with its own settings
+    (as_started) or refuses other ones; progress first says the corpus is read (with an estimate), then counts."""
+    import json
+
+    corpus, out, reports = str(_corpus(tmp_path)), tmp_path / "ix", []
+    first = explorer.build_index(out, [corpus], shard_size=4, token_states=True, dense=False,
+                                 progress=reports.append)
+    assert (first.folder, first.chunks, first.passages) == (out, 10, 10) and first.seconds > 0
+    assert first.manifest["chunk_layer"] == explorer.head.config.chunk_layer and first.manifest["token_states"]
+    assert reports[0].total == 0 and reports[0].estimate > 0 and (reports[-1].done, reports[-1].total) == (10, 10)
+    (out / "shard_00001.json").unlink()  # killed before shard 1 was recorded and the manifest merged
+    manifest = json.loads((out / "manifest.json").read_text())
+    (out / "manifest.json").write_text(json.dumps(manifest | {"shards": []}))
+    with pytest.raises(IndexStoreError, match="other settings"):
+        explorer.build_index(out, [corpus])  # the defaults: shard size 1024, dense vectors
+    reports.clear()
+    again = explorer.build_index(out, [corpus], as_started=True, progress=reports.append)
+    assert (reports[-1].done, reports[-1].total) == (4, 4)  # shard 1 alone
+    assert {k: again.manifest[k] for k in ("shard_size", "token_states", "dense")} == {
+        "shard_size": 4, "token_states": True, "dense": False}
+    assert len(again.manifest["shards"]) == 3
+
+
+def test_stores_build_a_missing_corpus_index_once_then_open_it(explorer, tmp_path, monkeypatch):
+    """Stores.load builds the corpus's own index in the cache when none opens, then opens it; a public app's
+    Stores refuses any folder (CLOSED)."""
+    import torch
+
+    from unreal_demo import pipeline, settings
+    from unreal_demo.core import minilm
+    from unreal_demo.data.sources import load_corpus
+
+    monkeypatch.setenv(settings.CACHE_ENV, str(tmp_path / "cache"))
+    monkeypatch.setattr(minilm, "embed", lambda texts: torch.nn.functional.normalize(torch.ones(len(texts), 3), dim=-1))
+    passages = load_corpus([str(_corpus(tmp_path, 6))])
+    monkeypatch.setattr(pipeline, "load_corpus", lambda names: passages if names == ["new_wiki"] else pytest.fail())
+    stores = pipeline.Stores(pipeline.Loading.of(explorer), open_any=False)
+    with pytest.raises(IndexStoreError):
+        stores.open("new_wiki")  # nothing built yet
+    got = stores.load("new_wiki")
+    assert got.built is not None and got.built.chunks == len(got.store) == 6 and got.built.manifest["dense"]
+    assert (got.info.kind, got.info.chunks, got.info.passages, got.info.shipped) == ("index", 6, 6, False)
+    again = stores.load("new_wiki")
+    assert again.built is None and again.store is got.store and explorer.index_ready("new_wiki")
+    with pytest.raises(IndexStoreError, match="searches its own indexes only"):
+        stores.load("new_wiki", str(got.built.folder))

@@ -7,9 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import sys
-from pathlib import Path
 
 from .core.codec import CODECS, DENSE_CODECS
 from .core.generation import ANSWER_RULE, AnswerRule, complete
@@ -252,8 +250,7 @@ def _flops(args: argparse.Namespace) -> None:
 
 
 def _index(args: argparse.Namespace) -> None:
-    from .pipeline import Explorer
-    from .retrieval.hits import search
+    from .pipeline import BuildProgress, Explorer
     from .store import index
 
     if args.action == "search" and (not args.query or not args.query.strip()):
@@ -276,32 +273,30 @@ def _index(args: argparse.Namespace) -> None:
         from accelerate import PartialState
         from tqdm import tqdm
 
-        from .data.sources import load_corpus
-
         state = PartialState(cpu=args.cpu)  # under accelerate launch: this process's rank and device
         explorer = Explorer.load(args.model, head=args.head, device=str(state.device))
-        passages = load_corpus(args.corpus)
-        c = explorer.head.config
-        bar = tqdm(desc=f"index build (process {state.process_index + 1}/{state.num_processes})", unit="chunk",
-                   disable=not state.is_main_process, smoothing=0.05)
-        lossy = args.codec in index.LOSSY  # built in fp16 beside --out, then compressed into --out
-        folder = Path(args.out + ".fp16-build") if lossy else Path(args.out)
-        manifest = index.build_index(folder, explorer.backbone, passages, args.chunk_layer or c.chunk_layer,
-                                     args.n_pool or c.n_pool, "fp16" if lossy else args.codec, args.shard_size,
-                                     progress=lambda d, t: (setattr(bar, "total", t), bar.update(d - bar.n)),
-                                     token_states=args.token_states, dense=args.dense, state=state)
-        bar.close()
-        if lossy and state.is_main_process:
-            manifest = index.compress_index(folder, args.out, args.codec, args.centroids,
-                                            dense_codec=args.dense_codec)
-            shutil.rmtree(folder)
+        bars = []  # one bar, opened once the corpus is read
+
+        def shown(p: BuildProgress) -> None:
+            if not bars:
+                bars.append(tqdm(desc=f"index build (process {state.process_index + 1}/{state.num_processes})",
+                                 unit="chunk", disable=not state.is_main_process, smoothing=0.05))
+            if p.total:
+                bars[0].total = p.total
+                bars[0].update(p.done - bars[0].n)
+
+        built = explorer.build_index(args.out, args.corpus, args.codec, args.shard_size, args.chunk_layer,
+                                     args.n_pool, args.token_states, args.dense, args.centroids, args.dense_codec,
+                                     progress=shown, state=state)
+        for bar in bars:
+            bar.close()
         if state.is_main_process:
-            summary = {k: v for k, v in manifest.items() if k != "shards"}
-            print(json.dumps(summary | {"shards": len(manifest["shards"])}))
+            summary = {k: v for k, v in built.manifest.items() if k != "shards"}
+            print(json.dumps(summary | {"shards": len(built.manifest["shards"])}))
         return
     explorer = Explorer.load(args.model, head=args.head)
-    _print_hits(search(index.Index(args.index or index.default_index(explorer)), explorer, args.query, args.k,
-                             args.method), args.json)
+    _print_hits(explorer.search(index.Index(args.index or explorer.index_folder()), args.query, args.k, args.method),
+                args.json)
 
 
 def _qdrant(args: argparse.Namespace) -> None:
@@ -309,7 +304,6 @@ def _qdrant(args: argparse.Namespace) -> None:
     from tqdm import tqdm
 
     from .pipeline import Explorer
-    from .retrieval.hits import search
     from .store import index, qdrant
 
     where = qdrant.Where.parse(args.where or [])  # every flag is checked before a model or a store opens
@@ -350,7 +344,7 @@ def _qdrant(args: argparse.Namespace) -> None:
                     setattr(bar, "total", t), bar.update(d - bar.n)))
             print(json.dumps({"added_chunks": len(added), "passages": len(passages), "chunks": len(store)}))
             return
-        _print_hits(search(store, Explorer.load(args.model, head=args.head), args.query, args.k, args.method),
+        _print_hits(Explorer.load(args.model, head=args.head).search(store, args.query, args.k, args.method),
                     args.json)
 
 

@@ -1,17 +1,29 @@
 """The UNREAL pipeline end to end: chunk → encode (Eq. 1) → query (Eqs. 2–3) → MaxSim (Eq. 4)
 → select (Eq. 5) → answer (Eq. 7), with BM25 selection and full context beside it.
 
-:class:`Explorer` holds one frozen backbone and one head, shared read-only by every
-request; nothing per-request is stored on it except a small cache of chunk
-encodings keyed by content.
+The one service every front end calls (the CLI and the tabs only present what it returns):
+
+- :class:`Explorer` holds one frozen backbone and one head, shared read-only by every request; nothing
+  per-request is stored on it except a small cache of chunk encodings keyed by content. It ranks
+  (:meth:`~Explorer.rank`, :meth:`~Explorer.compare`), answers (:meth:`~Explorer.ask_stream`,
+  :meth:`~Explorer.answer_stream`, :meth:`~Explorer.answer`: every answer goes through
+  :meth:`~Explorer.stream_passages`), times full context (:meth:`~Explorer.full_context`), searches an index
+  or a Qdrant store (:meth:`~Explorer.search`) and builds or resumes an index (:meth:`~Explorer.build_index`).
+- :class:`Loading` loads an explorer in the background; :class:`Stores` holds the indexes and Qdrant stores a
+  long-running front end has opened (or built), each opened once.
+
+The names a front end presents (method names and help, result types, the errors it catches) are imported from
+here.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 import numbers
 import re
+import shutil
 import threading
 import time
 from collections import OrderedDict
@@ -27,12 +39,32 @@ from .core.encoding import encode_chunks
 from .core.generation import ANSWER_RULE, AnswerRule, Generation, fits_window, prompt_ids, stream_answer
 from .core.head import QueryHead, untrained_head
 from .core.selection import select_top_n
-from .data.textio import check_text
+from .data.sources import load_corpus
+from .data.textio import check_text, read_document
 from .errors import InputError, UserError
+from .retrieval import hits
 from .retrieval.evidence import group_similarities, sparse_matches
-from .retrieval.registry import METHODS, all_scores, check, names
-from .settings import CHUNK_TOKENS, DEFAULT_HEADS, DEFAULT_MODEL, MAX_CHARS, MAX_N, display_path
+from .retrieval.registry import METHODS, all_scores, check, help_text, names, unsupported
+from .settings import (
+    CHUNK_TOKENS,
+    DEFAULT_HEADS,
+    DEFAULT_MODEL,
+    MAX_CHARS,
+    MAX_N,
+    PRECOMPUTED,
+    TOKENS_PER_S,
+    display_path,
+)
+from .store import index as ix
+from .store.index import Index, IndexStoreError
 from .store.memory import MemoryStore
+from .store.qdrant import EDGE, QdrantStore, Where, is_spec, open_store
+
+# what the front ends present, from this one place (beside the types and functions defined below)
+__all__ = ["ANSWER_RULE", "CLOSED", "AnswerRule", "AnswerStep", "AskStep", "BuildProgress", "Explorer", "FullContext",
+           "IndexBuild", "IndexStoreError", "InputError", "Loading", "Opened", "Ranking", "StoreInfo", "Stores",
+           "UserError", "check_inputs", "check_n", "check_search", "head_file", "help_text", "names", "read_document",
+           "store_filter", "store_info", "unsupported"]
 
 
 @dataclass
@@ -50,18 +82,77 @@ class Ranking:
     # [(token position, cosine, query token)] (retrieval.sparse.retrieved_tokens)
     query_tokens: list[str] = field(default_factory=list)  # sparse: the question's tokens, as text
 
+    @property
+    def passages(self) -> list[str]:
+        """The selected chunks' texts, in document order (what the answer is given)."""
+        return [self.chunks[i].text for i in self.selected]
+
 
 @dataclass
-class AskStep:
-    """One step of :meth:`Explorer.ask_stream`: the ranking, the answer so far, timings in seconds; the last
-    one (``done``) says why the answer ended (``stop``, as :attr:`core.generation.Generation.stop`)."""
+class AnswerStep:
+    """One step of :meth:`Explorer.answer_stream`: the answer so far, the prompt's length in tokens, the answer's
+    tokens so far and timings in seconds. The first step comes before the model reads the prompt (no text, no
+    token: the prompt's length only); ``timings["first_token"]`` is set once, when the first answer token exists,
+    and ``timings["total"]`` grows to the end; the last step (``done``) says why the answer ended (``stop``, as
+    :attr:`core.generation.Generation.stop`)."""
 
-    ranking: Ranking
     text: str
     prompt_tokens: int
     timings: dict
     done: bool = False
     stop: str | None = None
+    tokens: int = 0
+
+
+@dataclass
+class AskStep(AnswerStep):
+    """One step of :meth:`Explorer.ask_stream`: an :class:`AnswerStep` with the ``ranking`` it answers from. The
+    first step carries the ranking alone (``prompt_tokens`` 0); the second the prompt's length, before the model
+    reads it (no text); the last one (``done``) says why the answer ended."""
+
+    ranking: Ranking = field(kw_only=True)
+
+
+@dataclass(frozen=True)
+class FullContext:
+    """The whole context as the prompt, beside a selection (:meth:`Explorer.full_context`): its tokens, whether
+    it fits the model window (``window`` tokens) with the answer rule's budget, and, when timed, its prefill and
+    time to first token in seconds (chunking included); None when not timed or when it did not fit."""
+
+    prompt_tokens: int
+    fits: bool
+    window: int
+    prefill: float | None = None
+    first_token: float | None = None
+
+
+@dataclass(frozen=True)
+class BuildProgress:
+    """One report of :meth:`Explorer.build_index`: ``done`` of ``total`` chunks encoded by this run (``total``
+    0: the corpus is read, the encoding not begun), ``seconds`` since the build began, and ``estimate``, the
+    whole build's seconds at :data:`settings.TOKENS_PER_S` (≈ 4.2 characters per token)."""
+
+    done: int
+    total: int
+    seconds: float
+    estimate: float
+
+    @property
+    def left(self) -> float:
+        """Seconds left at the rate so far."""
+        return self.seconds / max(self.done, 1) * (self.total - self.done)
+
+
+@dataclass(frozen=True)
+class IndexBuild:
+    """What :meth:`Explorer.build_index` returns: the index folder, its manifest, its chunks and passages, and
+    the seconds the call took."""
+
+    folder: Path
+    manifest: dict
+    chunks: int
+    passages: int
+    seconds: float
 
 
 def check_inputs(docs: Sequence[str], question: str, max_chars: int = MAX_CHARS) -> None:
@@ -77,6 +168,21 @@ def check_inputs(docs: Sequence[str], question: str, max_chars: int = MAX_CHARS)
     for i, doc in enumerate(docs):
         check_text(doc, "the document" if len(docs) == 1 else f"document {i + 1}")
     check_text(question, "the question")
+
+
+def check_search(query: str, k: object, high: int = 100) -> int:
+    """``k`` as an ``int`` (:func:`check_n`, from 1 to ``high``) once ``query`` is a query: not empty, not binary
+    or damaged text.
+
+    Raises
+    ------
+    InputError
+        One line saying what is wrong (``the query is empty``).
+    """
+    if not query or not query.strip():
+        raise InputError("the query is empty")
+    check_text(query, "the query")
+    return check_n(k, "k", high)
 
 
 def check_n(n: object, name: str = "n", high: int = MAX_N) -> int:
@@ -300,8 +406,7 @@ class Explorer:
     def stream(self, ranking: Ranking, question: str, rule: AnswerRule = ANSWER_RULE) -> Iterator[Generation]:
         """Stream the answer from the selected chunks under ``rule`` (default: the one the evaluations use);
         raise :class:`InputError` if the prompt does not fit."""
-        yield from self.stream_passages([ranking.chunks[i].text for i in ranking.selected], question, rule,
-                                        ranking.method)
+        yield from self.stream_passages(ranking.passages, question, rule, ranking.method)
 
     def stream_passages(self, passages: Sequence[str], question: str, rule: AnswerRule = ANSWER_RULE,
                         source: str = "the passages") -> Iterator[Generation]:
@@ -321,25 +426,133 @@ class Explorer:
                              f"of {self.backbone.max_positions:,} minus {rule.budget} for the answer")
         yield from stream_answer(self.backbone, ids, rule.budget, rule.first_sentence)
 
+    def answer_stream(self, passages: Sequence[str], question: str, rule: AnswerRule = ANSWER_RULE,
+                      source: str = "the passages", timings: dict | None = None,
+                      start: float | None = None) -> Iterator[AnswerStep]:
+        """The answer from ``passages`` (:meth:`stream_passages`) step by step, with its timings: first the
+        prompt's length (before the model reads it, and before the window is checked), then the answer so far
+        after every token; ``timings["first_token"]`` is set once, at the first answer token, and
+        ``timings["total"]`` grows to the end (the last step has ``done``). Times count from ``start`` (a
+        ``time.perf_counter()``; default now) and extend ``timings`` (earlier stages: chunking, retrieval).
+
+        Raises
+        ------
+        InputError
+            As :meth:`stream_passages`, after the first step.
+        """
+        t0 = time.perf_counter() if start is None else start
+        timings = dict(timings or {})
+        yield AnswerStep("", len(prompt_ids(self.backbone, passages, question)), dict(timings))
+        gen = Generation()
+        for gen in self.stream_passages(passages, question, rule, source):
+            if gen.tokens >= 1 and "first_token" not in timings:
+                timings |= {"prefill": gen.timings["prefill"], "first_token": time.perf_counter() - t0}
+            yield AnswerStep(gen.text, gen.prompt_tokens, timings | {"total": time.perf_counter() - t0},
+                             tokens=gen.tokens)
+        timings.setdefault("prefill", gen.timings.get("prefill", 0.0))
+        timings.setdefault("first_token", time.perf_counter() - t0)  # an empty answer: its end
+        yield AnswerStep(gen.text, gen.prompt_tokens, timings | {"total": time.perf_counter() - t0}, True,
+                         gen.stop, gen.tokens)
+
+    def answer(self, ranking: Ranking, question: str, rule: AnswerRule = ANSWER_RULE) -> AnswerStep:
+        """The answer from a ranking's selection (:meth:`answer_stream` to its end, timed from this call)."""
+        *_, step = self.answer_stream(ranking.passages, question, rule, ranking.method)
+        return step
+
+    def full_context(self, ranking: Ranking, question: str, timed: bool = False) -> FullContext:
+        """The whole context of ``ranking`` (every chunk) as the prompt: its tokens and whether it fits the window
+        with :data:`ANSWER_RULE`'s budget; with ``timed``, its prefill and time to first token (one token through
+        :meth:`stream_passages`, plus the ranking's chunking time), left None when the prompt does not fit."""
+        texts = [c.text for c in ranking.chunks]
+        n = len(prompt_ids(self.backbone, texts, question))
+        out = FullContext(n, fits_window(self.backbone, n, ANSWER_RULE.budget), self.backbone.max_positions)
+        if not timed:
+            return out
+        t0 = time.perf_counter()
+        try:
+            for gen in self.stream_passages(texts, question, AnswerRule(1, first_sentence=False), "full"):
+                return FullContext(out.prompt_tokens, out.fits, out.window, gen.timings["prefill"],
+                                   ranking.timings.get("chunk", 0.0) + time.perf_counter() - t0)
+        except InputError:
+            pass
+        return out
+
     def ask_stream(self, docs: Sequence[str], question: str, n: int = 5, method: str = "unreal",
                    rule: AnswerRule = ANSWER_RULE) -> Iterator[AskStep]:
         """The one orchestrator of the CLI and the UI: chunk → encode → retrieve → select, then the
-        streamed answer. The first step carries the ranking and no text; every later step the answer so
+        streamed answer (:meth:`answer_stream`, timed from this call). The first step carries the ranking and
+        no prompt (``prompt_tokens`` 0); the second the prompt's length; every later step the answer so
         far; ``timings["first_token"]`` is set once, when the first answer token exists, and
         ``timings["total"]`` grows to the end (the last step has ``done``)."""
         t0 = time.perf_counter()
         ranking = self.rank(docs, question, n, method)
-        timings = dict(ranking.timings)
-        yield AskStep(ranking, "", 0, dict(timings))
-        gen = Generation()
-        for gen in self.stream(ranking, question, rule):
-            if gen.tokens >= 1 and "first_token" not in timings:
-                timings |= {"prefill": gen.timings["prefill"], "first_token": time.perf_counter() - t0}
-            yield AskStep(ranking, gen.text, gen.prompt_tokens, timings | {"total": time.perf_counter() - t0})
-        timings.setdefault("prefill", gen.timings.get("prefill", 0.0))
-        timings.setdefault("first_token", time.perf_counter() - t0)  # an empty answer: its end
-        yield AskStep(ranking, gen.text, gen.prompt_tokens, timings | {"total": time.perf_counter() - t0}, True,
-                      gen.stop)
+        yield AskStep("", 0, dict(ranking.timings), ranking=ranking)
+        for s in self.answer_stream(ranking.passages, question, rule, ranking.method, ranking.timings, t0):
+            yield AskStep(s.text, s.prompt_tokens, s.timings, s.done, s.stop, s.tokens, ranking=ranking)
+
+    def search(self, store, query: str, k: int = 10, method: str = "unreal", bm25_k: int = 0) -> dict:
+        """Top-``k`` chunks of an index or a Qdrant store for one query, each hit with its evidence, and timings
+        (:func:`retrieval.hits.search`, the record ``index search --json`` prints); with ``bm25_k``, BM25's own
+        top-``bm25_k`` beside it, scored once per search."""
+        return hits.search(store, self, query, k, method, bm25_k)
+
+    def index_folder(self, corpus: str = "all") -> Path:
+        """The index of a built-in corpus to open for this model and ℓc: built in the cache, else shipped, else the
+        cache folder where a build goes (:func:`store.index.default_index`)."""
+        return ix.default_index(self, corpus)
+
+    def index_ready(self, corpus: str) -> bool:
+        """Whether a corpus has an index for this model and ℓc (built in the cache or shipped)."""
+        return (self.index_folder(corpus) / "manifest.json").exists()
+
+    def build_index(self, out: str | Path, corpus: Sequence[str], codec: str = "fp16", shard_size: int = 1024,
+                    chunk_layer: int | None = None, n_pool: int | None = None, token_states: bool = False,
+                    dense: bool = True, centroids: int = 4096, dense_codec: str = "int8", as_started: bool = False,
+                    progress: Callable[[BuildProgress], None] | None = None, state=None) -> IndexBuild:
+        """Build a corpus index in ``out``, or resume the build a killed run left there (``index build`` and the
+        Wikipedia tab's *Build or load index*): read the corpus (:func:`data.sources.load_corpus`), chunk,
+        encode to ℓc and write the sharded index (:func:`store.index.build_index`). ℓc and L_p default to the
+        head's. A lossy ``codec`` (:data:`core.codec.LOSSY`) is built in fp16 beside ``out``
+        (``OUT.fp16-build``), then compressed into ``out`` (:func:`store.index.compress_index`, ``centroids``,
+        ``dense_codec``) and the fp16 build removed.
+
+        With ``as_started``, a build already begun in ``out`` resumes with the settings it was started with (its
+        manifest's encoding, shard size, dense vectors and token states replace the ones given); otherwise a
+        folder begun with other settings is an error. ``progress`` receives a :class:`BuildProgress` once the
+        corpus is read, then as chunks are encoded. ``state`` is the process layout under ``accelerate launch``
+        (only its main process compresses).
+
+        Raises
+        ------
+        UserError
+            An unknown corpus; :class:`store.index.IndexStoreError` for a folder holding another index.
+        """
+        t0 = time.perf_counter()
+        out = Path(out)
+        started = out / "manifest.json"
+        m = json.loads(started.read_text()) if as_started and started.exists() else {}
+        if m:  # resume a build with the settings it was started with
+            codec, shard_size = m.get("dtype", codec), m.get("shard_size", shard_size)
+            dense, token_states = m.get("dense", dense), m.get("token_states", token_states)
+        passages = load_corpus(list(corpus))
+        tokens = sum(len(p.text) for p in passages) / 4.2  # ≈ characters per token of English text
+        estimate = tokens / TOKENS_PER_S
+
+        def report(done: int, total: int) -> None:
+            if progress is not None:
+                progress(BuildProgress(done, total, time.perf_counter() - t0, estimate))
+
+        report(0, 0)
+        c = self.head.config
+        lossy = codec in ix.LOSSY and not m  # a begun build resumes as it is encoded (fp16 or int8)
+        folder = Path(str(out) + ".fp16-build") if lossy else out
+        manifest = ix.build_index(folder, self.backbone, passages, chunk_layer or c.chunk_layer, n_pool or c.n_pool,
+                                  "fp16" if lossy else codec, shard_size, progress=report,
+                                  token_states=token_states, dense=dense, state=state)
+        if lossy and (state is None or state.is_main_process):
+            manifest = ix.compress_index(folder, out, codec, centroids, dense_codec=dense_codec)
+            shutil.rmtree(folder)
+        return IndexBuild(out, manifest, manifest["chunks"], manifest["passages"], time.perf_counter() - t0)
 
     def ask(self, docs: Sequence[str], question: str, n: int = 5, method: str = "unreal",
             rule: AnswerRule = ANSWER_RULE) -> dict:
@@ -438,3 +651,147 @@ class Loading:
         cpu = f" · {status_line()}" if b.device.type == "cpu" else ""
         return f"{b.name} on {b.device} ({str(b.dtype).removeprefix('torch.')}) with head {self.head_source}, " \
                f"ready in {self.seconds:.1f} s{cpu}"
+
+
+CLOSED = ("this server searches its own indexes only: opening an index folder or Qdrant store is off "
+          "(UNREAL_OPEN_STORES=1 turns it on)")
+FILTER_VIEWS = 8  # filtered views of Qdrant stores kept open at once (the oldest is dropped)
+
+
+def store_filter(source: str = "", title: str = "") -> Where | None:
+    """The payload filter of chunks of one source and/or titles starting with a prefix (``--where source=NAME
+    --where title^=PREFIX`` of ``index search``); None when both are empty."""
+    source, title = (source or "").strip(), (title or "").strip()
+    return Where(source=source or None, title_prefix=title or None) if source or title else None
+
+
+@dataclass(frozen=True)
+class StoreInfo:
+    """What a front end says about an opened index or Qdrant store (:func:`store_info`).
+
+    Attributes
+    ----------
+    kind : ``"index"`` (a folder), ``"qdrant-edge"`` or ``"qdrant"`` (a server).
+    where : the folder, repository-relative, or a server's store string.
+    encoding : an index's codec, or a Qdrant store's datatype.
+    mib : size on disk (an index or a Qdrant Edge folder); None for a server.
+    shipped : an index shipped with the app (under ``precomputed/``).
+    only : a Qdrant store's payload filter, as ``(field, kind, value)`` terms (:meth:`store.qdrant.Where.terms`).
+    ef : a Qdrant store's HNSW ef (approximate search); None for exact MaxSim.
+    """
+
+    kind: str
+    where: str
+    encoding: str
+    chunks: int
+    passages: int
+    chunk_layer: int
+    mib: float | None
+    shipped: bool = False
+    only: list[tuple[str, str, str]] | None = None
+    ef: int | None = None
+
+
+def store_info(store: Index | QdrantStore) -> StoreInfo:
+    """The facts of an opened store that a status line shows (its size on disk is read here: once per store)."""
+    m = store.manifest
+    qdrant = isinstance(store, QdrantStore)
+    edge = qdrant and store.spec.startswith(EDGE)
+    mib = None if qdrant and not edge else sum(p.stat().st_size for p in store.folder.rglob("*") if p.is_file()) / 2**20
+    if qdrant:
+        return StoreInfo("qdrant-edge" if edge else "qdrant", display_path(store.folder) if edge else store.spec,
+                         m["datatype"], m["chunks"], m["passages"], m["chunk_layer"], mib,
+                         only=store.where.terms() if store.where is not None else None, ef=store.ef)
+    return StoreInfo("index", display_path(store.folder), m["dtype"], m["chunks"], m["passages"], m["chunk_layer"],
+                     mib, shipped=store.folder.is_relative_to(PRECOMPUTED))
+
+
+@dataclass(frozen=True)
+class Opened:
+    """An opened store (:meth:`Stores.open`, :meth:`Stores.load`): the store, its key among the opened ones, its
+    :class:`StoreInfo`, and the :class:`IndexBuild` when :meth:`Stores.load` built or resumed it."""
+
+    store: Index | QdrantStore
+    key: object
+    info: StoreInfo
+    built: IndexBuild | None = None
+
+
+class Stores:
+    """The indexes and Qdrant stores a long-running front end (the Wikipedia tab) has opened, each opened once and
+    shared by every request: a corpus name -> its index (built in the cache, else shipped); (folder or store string,
+    payload filter) -> an index or a Qdrant store. At most ``views`` filtered views of Qdrant stores are kept (each
+    holds its chunks' texts and its own BM25; the oldest is dropped).
+
+    ``open_any`` False (a public app: :func:`settings.open_stores`) refuses any folder, store string or filter
+    (:data:`CLOSED`): only the corpora's own indexes open.
+    """
+
+    def __init__(self, loader: Loading, open_any: bool = True, views: int = FILTER_VIEWS) -> None:
+        self.loader, self.open_any, self.views = loader, open_any, views
+        self._open: dict[object, Index | QdrantStore] = {}
+        self._info: dict[object, StoreInfo] = {}
+        self._lock = threading.Lock()  # held while a store opens and for a whole build
+
+    def open(self, corpus: str, where: str = "", only: Where | None = None) -> Opened:
+        """The store to search: ``where`` (an index folder, ``qdrant-edge:DIR`` or ``qdrant:URL``, opened by
+        :func:`store.qdrant.open_store` as ``index search`` and the evaluations open it) restricted to the payload
+        filter ``only``, else the index of ``corpus`` (:meth:`Explorer.index_folder`); each opened on first use.
+
+        Raises
+        ------
+        IndexStoreError
+            :data:`CLOSED` (``open_any`` off), nothing to open there, a store string not understood, a server not
+            reached, or a filter asked of an index folder.
+        """
+        where = (where or "").strip()
+        if not self.open_any and (where or only is not None):  # a public app: no visitor's path or URL is opened
+            raise IndexStoreError(CLOSED)
+        if only is not None and not is_spec(where):
+            raise IndexStoreError("the source and title filters apply to a Qdrant store (qdrant-edge:DIR or "
+                                  "qdrant:URL), not to an index folder: clear them or open a store")
+        explorer = self.loader.get()
+        with self._lock:
+            if not where:
+                key: object = corpus
+                if corpus not in self._open:
+                    self._open[corpus] = Index(explorer.index_folder(corpus))
+            else:
+                key = (where, only)
+                if key not in self._open:
+                    whole = self._open.get((where, None))
+                    if whole is None:  # an Edge shard opens once per process: every filter is a view of it
+                        whole = self._open[(where, None)] = open_store(where)
+                    self._open[key] = whole if only is None else whole.filtered(only)
+                    views = [x for x in self._open if isinstance(x, tuple) and x[1] is not None]
+                    for old in views[:-self.views]:
+                        self._open.pop(old), self._info.pop(old, None)
+            if key not in self._info:
+                self._info[key] = store_info(self._open[key])
+            return Opened(self._open[key], key, self._info[key])
+
+    def load(self, corpus: str, where: str = "", only: Where | None = None,
+             progress: Callable[[BuildProgress], None] | None = None) -> Opened:
+        """:meth:`open`; a corpus's own index that does not open (none yet, or a build stopped half-way) is built
+        or resumed in the cache (:func:`store.index.default_folder`) with the settings it was started with
+        (:meth:`Explorer.build_index`), holding every other opening until it is done. A folder or store named by
+        ``where`` is only opened, never built.
+
+        Raises
+        ------
+        UserError
+            As :meth:`open`; as :meth:`Explorer.build_index`.
+        """
+        if (where or "").strip() or only is not None:
+            return self.open(corpus, where, only)
+        try:
+            return self.open(corpus)
+        except IndexStoreError:
+            pass
+        explorer = self.loader.get()
+        with self._lock:
+            built = explorer.build_index(ix.default_folder(explorer, corpus), [corpus], as_started=True,
+                                         progress=progress)
+            self._open[corpus] = Index(built.folder)
+            self._info[corpus] = store_info(self._open[corpus])
+            return Opened(self._open[corpus], corpus, self._info[corpus], built)

@@ -83,3 +83,21 @@ def test_benchmark_on_tiny_model(tiny, monkeypatch):
     assert r["references"]["random"]["R@1"] == pytest.approx(1 / 3)
     by_head = r["curves"]["joint/qk_pre"]["R@1 by head"]
     assert len(by_head) == tiny.n_layers and len(by_head[0]) == 4
+
+
+def test_live_scores_follow_a_chunk_and_refuse_what_the_view_cannot_take(tiny):
+    """The Intrinsic tab's live run: BM25's top chunk by default, ranks (L, H) and z (L, M) of one pass; a chunk id
+    out of range and too many chunks are one-line input errors."""
+    from unreal_demo.core.head import untrained_head
+    from unreal_demo.evaluation.intrinsic import LIVE_CHUNKS, live_scores
+    from unreal_demo.pipeline import Explorer, InputError
+
+    ex = Explorer(tiny, untrained_head(tiny, n_ret=4, n_groups=2, chunk_layer=3), None)
+    doc = "The fox jumps over the dog. " * 30 + "Paris is the capital of France. " * 6
+    s = live_scores(ex, doc, "capital of France?")
+    assert "Paris" in s.chunks[s.chunk] and len(s.ranks) == len(s.resid) == len(s.z) == tiny.n_layers
+    assert len(s.ranks[0]) == 4 and len(s.z[0]) == len(s.chunks) and min(min(r) for r in s.ranks) >= 1
+    with pytest.raises(InputError, match=rf"chunk id {len(s.chunks)} does not exist"):
+        live_scores(ex, doc, "capital of France?", chunk=len(s.chunks))
+    with pytest.raises(InputError, match=f"the live view takes at most {LIVE_CHUNKS}"):
+        live_scores(ex, "A sentence about a town and its mills. " * 1_500, "q?")  # 58,500 characters

@@ -10,6 +10,9 @@ cosine of mean-pooled hidden states after each block.
 Two readings of the context:
 - ``separate``: each chunk encoded on its own (as UNREAL's index does), the question alone;
 - ``joint``: the whole context in one pass with the question after it (what full context sees).
+
+:func:`run_intrinsic_eval` is the benchmark (``eval intrinsic``); :func:`live_scores` the Intrinsic tab's live run
+on one document.
 """
 
 from __future__ import annotations
@@ -27,6 +30,8 @@ from tqdm import tqdm
 
 from ..core.backbone import Backbone, BackboneError
 from ..core.encoding import padded_batch
+from ..errors import InputError
+from ..pipeline import check_inputs
 
 
 @dataclass
@@ -149,6 +154,52 @@ def gold_rank(scores: torch.Tensor, gold: set[int]) -> torch.Tensor:
     order = scores.argsort(dim=-1, descending=True)
     ranks = order.argsort(dim=-1) + 1  # rank of every chunk
     return ranks[..., sorted(gold)].min(-1).values
+
+
+LIVE_CHARS, LIVE_CHUNKS = 60_000, 64  # the live view's limits (about 9K tokens)
+
+
+@dataclass
+class LiveScores:
+    """One document and question scored by every layer × head (:func:`live_scores`): the chunks, the chunk
+    followed (``chunk``), its best rank per layer × head ``ranks (L, H)``, its residual-stream rank per layer
+    ``resid (L,)``, and every chunk's score per layer ``z (L, M)`` (z-normalised per head, then averaged over
+    heads)."""
+
+    chunks: list[str]
+    chunk: int
+    ranks: list[list[int]]
+    resid: list[int]
+    z: list[list[float]]
+
+
+def live_scores(explorer, doc: str, question: str, mode: str = "separate", view: str = "qk_post",
+                chunk: int = -1) -> LiveScores:
+    """The Intrinsic tab's live run: chunk ``doc`` as the pipeline does, follow chunk ``chunk`` (-1: BM25's top
+    chunk) and score every chunk by every layer × head (:func:`intrinsic_scores`, ``view`` ``qk_post`` or
+    ``qk_pre``).
+
+    Raises
+    ------
+    InputError
+        Inputs :func:`pipeline.check_inputs` refuses (at most :data:`LIVE_CHARS` characters), more than
+        :data:`LIVE_CHUNKS` chunks, or a chunk id that does not exist.
+    """
+    check_inputs([doc], question, max_chars=LIVE_CHARS)
+    chunks = explorer.chunk([doc])
+    if len(chunks) > LIVE_CHUNKS:
+        raise InputError(f"{len(chunks)} chunks: the live view takes at most {LIVE_CHUNKS} (about 9K tokens)")
+    cid = int(chunk)
+    if cid < 0:
+        cid = explorer.rank([doc], question, 1, "bm25", chunks=chunks).selected[0]
+    if cid >= len(chunks):
+        raise InputError(f"chunk id {cid} does not exist (0..{len(chunks) - 1})")
+    s = intrinsic_scores(explorer.backbone, [c.text for c in chunks], question, mode)
+    qk = getattr(s, view)  # (L, H, M)
+    spread = qk.std(-1, keepdim=True, correction=0).clamp(min=1e-6)
+    z = ((qk - qk.mean(-1, keepdim=True)) / spread).mean(1)  # (L, M): z per head, mean over heads
+    return LiveScores([c.text for c in chunks], cid, gold_rank(qk, {cid}).tolist(), gold_rank(s.resid, {cid}).tolist(),
+                      z.tolist())
 
 
 def random_recall(n_chunks: int, n_gold: int, k: int) -> float:

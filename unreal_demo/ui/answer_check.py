@@ -4,10 +4,11 @@ ended it, and the faithfulness check (:func:`evaluation.faithfulness.answer_supp
 from __future__ import annotations
 
 import html
+from collections.abc import Sequence
 
 from ..core.generation import ANSWER_RULE, Generation, complete
-from ..evaluation.faithfulness import SentenceSupport, Support
-from ..pipeline import Explorer
+from ..evaluation.faithfulness import SentenceSupport, Support, answer_support
+from ..pipeline import AnswerStep, Explorer
 
 SMALL = 3e9  # parameters below which a model is called small in the caveat
 ANSWER_LABEL = f"Answer ({ANSWER_RULE.limit}; streamed)"
@@ -37,7 +38,21 @@ def _sentence(s: SentenceSupport) -> str:
     return f"✗ {said}: none of its content words occur in the evidence ({missing})"
 
 
-def check_html(explorer: Explorer, gen: Generation, support: Support) -> str:
+Spans = dict[int, list[tuple[int, int]]]  # passage or chunk id -> (start, end) character spans
+
+
+def checked(answer: str, passages: Sequence[str], ids: Sequence[int] | None = None) -> tuple[Support, Spans]:
+    """The check of ``answer`` against the passages it was given (:func:`evaluation.faithfulness.answer_support`),
+    and the character spans it copies from each passage, keyed by ``ids[j]`` for the j-th passage (a chunk id;
+    default its position), as the evidence views mark them."""
+    support = answer_support(answer, passages)
+    copied: Spans = {}
+    for j, start, end in support.copied:
+        copied.setdefault(j if ids is None else ids[j], []).append((start, end))
+    return support, copied
+
+
+def check_html(explorer: Explorer, gen: Generation | AnswerStep, support: Support) -> str:
     """The model line, how the answer ended if the token limit cut it, and the per-sentence check."""
     parts = [f"<div class='unreal-model'>{model_line(explorer)}</div>"]
     if gen.stop == "budget" and not complete(gen.text):

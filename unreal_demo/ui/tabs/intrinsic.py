@@ -6,10 +6,9 @@ import json
 
 import gradio as gr
 
-from ...errors import InputError, UserError
-from ...evaluation.intrinsic import gold_rank, intrinsic_scores
+from ...evaluation.intrinsic import live_scores
 from ...evaluation.results import made_by
-from ...pipeline import Explorer, Loading, check_inputs
+from ...pipeline import Explorer, Loading, UserError
 from ...settings import PRECOMPUTED
 from .. import plots
 from ..examples import load_examples
@@ -88,30 +87,16 @@ def build_tab(loader: Loading) -> Ready:
 
     def score(doc: str, q: str, m: str, view: str, chunk_id: float, at_layer: float):
         try:
-            explorer = loader.get()
-            check_inputs([doc], q, max_chars=60_000)
-            chunks = explorer.chunk([doc])
-            if len(chunks) > 64:
-                raise InputError(f"{len(chunks)} chunks: the live view takes at most 64 (about 9K tokens)")
-            cid = int(chunk_id)
-            if cid < 0:
-                cid = explorer.rank([doc], q, 1, "bm25", chunks=chunks).selected[0]
-            if cid >= len(chunks):
-                raise InputError(f"chunk id {cid} does not exist (0..{len(chunks) - 1})")
-            s = intrinsic_scores(explorer.backbone, [c.text for c in chunks], q, m)
-            qk = getattr(s, view)  # (L, H, M)
-            ranks = gold_rank(qk, {cid})
-            resid = gold_rank(s.resid, {cid}).tolist()
-            spread = qk.std(-1, keepdim=True, correction=0).clamp(min=1e-6)
-            z = ((qk - qk.mean(-1, keepdim=True)) / spread).mean(1)  # (L, M): z per head, mean over heads
-            mine = {"chunks": [c.text for c in chunks], "z": z.tolist()}
-            text = (f"chunk {cid} of {len(chunks)}: “{' '.join(chunks[cid].text.split()[:16])} …” — best rank "
-                    f"{int(ranks.min())} (layer × head); residual-stream rank by layer: {resid}")
-            return (plots.layer_head_heatmap(ranks.tolist(), f"rank of chunk {cid} ({m}, {view})"),
-                    plots.layer_chunk_heatmap(z.tolist(), f"chunk scores by layer ({m}, {view}, mean over heads)"),
-                    text, top_chunk(at_layer, mine), mine)
+            s = live_scores(loader.get(), doc, q, m, view, int(chunk_id))
         except UserError as exc:
             raise gr.Error(str(exc)) from None
+        cid, best = s.chunk, min(min(row) for row in s.ranks)
+        mine = {"chunks": s.chunks, "z": s.z}
+        text = (f"chunk {cid} of {len(s.chunks)}: “{' '.join(s.chunks[cid].split()[:16])} …” — best rank "
+                f"{best} (layer × head); residual-stream rank by layer: {s.resid}")
+        return (plots.layer_head_heatmap(s.ranks, f"rank of chunk {cid} ({m}, {view})"),
+                plots.layer_chunk_heatmap(s.z, f"chunk scores by layer ({m}, {view}, mean over heads)"),
+                text, top_chunk(at_layer, mine), mine)
 
     def top_chunk(at: float, mine: dict) -> str:
         if not mine:

@@ -12,14 +12,20 @@ from pathlib import Path
 import gradio as gr
 import pandas as pd
 
-from ...core.generation import ANSWER_RULE, AnswerRule, Generation, fits_window, prompt_ids
-from ...data.textio import read_document
-from ...errors import InputError, UserError
-from ...evaluation.faithfulness import answer_support
-from ...pipeline import AskStep, Explorer, Loading, Ranking
-from ...retrieval.registry import names
+from ...pipeline import (
+    ANSWER_RULE,
+    AskStep,
+    Explorer,
+    FullContext,
+    InputError,
+    Loading,
+    Ranking,
+    UserError,
+    names,
+    read_document,
+)
 from .. import plots
-from ..answer_check import ANSWER_LABEL, PLACEHOLDER, check_html, prefill_html, verdict
+from ..answer_check import ANSWER_LABEL, PLACEHOLDER, check_html, checked, prefill_html, verdict
 from ..evidence import evidence_html
 from ..examples import EXAMPLES, load_examples
 from ..glossary import SYMBOLS
@@ -65,19 +71,19 @@ def selected_table(ranking: Ranking) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=SELECTED_COLUMNS)
 
 
-def timing_table(explorer: Explorer, step: AskStep, question: str, full: dict | None) -> pd.DataFrame:
-    """Chosen method against full context: prompt tokens and measured seconds (from :meth:`Explorer.ask_stream`)."""
+def timing_table(step: AskStep, full: FullContext | None) -> pd.DataFrame:
+    """Chosen method against full context (:meth:`Explorer.full_context`; None for method full): prompt tokens and
+    measured seconds (from :meth:`Explorer.ask_stream`)."""
     t, ranking = step.timings, step.ranking
     rows = [{"method": ranking.method, "prompt tokens": step.prompt_tokens, "encode s": round(t.get("encode", 0.0), 3),
              "retrieval s": round(t.get("retrieval", 0.0), 3), "prefill s": round(t.get("prefill", 0.0), 3),
              "time to first token s": round(t["first_token"], 3)}]
-    if ranking.method != "full":
-        n_full = len(prompt_ids(explorer.backbone, [c.text for c in ranking.chunks], question))
-        row = {"method": "full context", "prompt tokens": n_full, "encode s": 0.0, "retrieval s": 0.0}
-        if full is not None:
-            row |= {"prefill s": round(full["prefill"], 3), "time to first token s": round(full["ttft"], 3)}
-        elif not fits_window(explorer.backbone, n_full, ANSWER_RULE.budget):
-            row |= {"prefill s": "does not fit", "time to first token s": f"window {explorer.backbone.max_positions}"}
+    if full is not None:
+        row = {"method": "full context", "prompt tokens": full.prompt_tokens, "encode s": 0.0, "retrieval s": 0.0}
+        if full.prefill is not None:
+            row |= {"prefill s": round(full.prefill, 3), "time to first token s": round(full.first_token, 3)}
+        elif not full.fits:
+            row |= {"prefill s": "does not fit", "time to first token s": f"window {full.window}"}
         else:
             row |= {"prefill s": "not run", "time to first token s": "tick 'also time full context'"}
         rows.append(row)
@@ -195,28 +201,27 @@ def build_tab(loader: Loading) -> Ready:
         """The tab's outputs, step by step: the ranking with a "prefilling" line, then the answer as it streams,
         then the checked answer, timings and downloads."""
         progress(0.1, desc="chunking and encoding")
+        waiting = None
         for step in explorer.ask_stream([doc or ""], q or "", n_sel, meth):
-            if not step.prompt_tokens:  # the first step: the ranking, before any answer
+            if not step.prompt_tokens:  # the first step: the ranking, before the prompt
                 ranking = step.ranking
                 bar_fig = plots.chunk_scores(ranking)  # MaxSim detail only for a method that has it
                 heat_fig = gr.update(value=plots.group_heatmap(ranking) if ranking.group_sims else None,
                                      visible=bool(ranking.group_sims))
                 table, shown = selected_table(ranking), evidence_html(explorer, ranking, q, ranks(ranking))
                 notes = "\n".join(f"- {m}" for m in ranking.notices)
-                passages = [ranking.chunks[i].text for i in ranking.selected]
-                waiting = prefill_html(len(prompt_ids(explorer.backbone, passages, q)), len(passages), explorer)
                 progress(0.5, desc="prefilling the prompt")
+                continue
+            if waiting is None:  # the second step: the prompt's length, before the model reads it
+                waiting = prefill_html(step.prompt_tokens, len(ranking.selected), explorer)
             if not step.done:
                 yield (step.text, waiting if not step.text else PLACEHOLDER, bar_fig, heat_fig, shown, table,
                        EMPTY_TIMINGS, notes or status, None)
-        support = answer_support(step.text, [ranking.chunks[i].text for i in ranking.selected])
-        said = check_html(explorer, Generation(step.text, stop=step.stop), support)
-        copied: dict[int, list[tuple[int, int]]] = {}
-        for j, start, end in support.copied:  # j: the position among the selected chunks
-            copied.setdefault(ranking.selected[j], []).append((start, end))
+        support, copied = checked(step.text, ranking.passages, ranking.selected)  # copied: by chunk id
+        said = check_html(explorer, step, support)
         shown = evidence_html(explorer, ranking, q, ranks(ranking), copied)
-        full = _time_full(explorer, ranking, q) if full_too and meth != "full" else None
-        times = timing_table(explorer, step, q, full)
+        full = explorer.full_context(ranking, q, timed=full_too) if ranking.method != "full" else None
+        times = timing_table(step, full)
         record = {"question": q, "method": meth, "n": int(n_sel), "answer": step.text, "model": loader.model,
                   "head": loader.head_source, "answer_rule": ANSWER_RULE.name, "answer_stop": step.stop,
                   "answer_check": [vars(x) for x in support.sentences], "timings": step.timings,
@@ -241,12 +246,11 @@ def build_tab(loader: Loading) -> Ready:
                 progress=lambda j, m: progress(j / len(COMPARED), desc=f"scoring with {m}"))
             for r in rankings if answer_too else []:
                 progress(0.8, desc=f"answering with {r.method}")
-                t0, gen, first = time.perf_counter(), Generation(), None
-                for gen in explorer.stream(r, q):
-                    first = first or (time.perf_counter() - t0 if gen.tokens else None)
-                support = answer_support(gen.text, [r.chunks[i].text for i in r.selected])
-                answers.append({"method": r.method, "answer": gen.text, "evidence check": verdict(support),
-                                "prompt tokens": gen.prompt_tokens, "time to first token s": round(first or 0.0, 3)})
+                reply = explorer.answer(r, q)
+                support, _ = checked(reply.text, r.passages)
+                first = reply.timings["first_token"] if reply.tokens else 0.0  # no answer token: 0
+                answers.append({"method": r.method, "answer": reply.text, "evidence check": verdict(support),
+                                "prompt tokens": reply.prompt_tokens, "time to first token s": round(first, 3)})
         except UserError as exc:
             raise gr.Error(str(exc)) from None
         table, said = compare_table(rankings), pd.DataFrame(answers, columns=ANSWER_COLUMNS)
@@ -291,15 +295,3 @@ def build_tab(loader: Loading) -> Ready:
     return Ready(enable=[run, compare, *example_buttons], outputs=[*outputs, banner],
                  example=Once(draw_example) if worked else None)
 
-
-def _time_full(explorer: Explorer, ranking: Ranking, question: str) -> dict | None:
-    """Prefill and time to first token of the full context (None when it does not fit the window)."""
-    full = Ranking("full", ranking.chunks, None, list(range(len(ranking.chunks))), dict(ranking.timings))
-    t0 = time.perf_counter()
-    try:
-        for gen in explorer.stream(full, question, AnswerRule(1, first_sentence=False)):
-            return {"prefill": gen.timings["prefill"], "ttft": ranking.timings.get("chunk", 0.0)
-                    + time.perf_counter() - t0}
-    except InputError:
-        return None
-    return None

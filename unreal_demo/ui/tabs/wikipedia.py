@@ -5,29 +5,31 @@ same-topic contexts)."""
 from __future__ import annotations
 
 import json
-import threading
-import time
 
 import gradio as gr
 import pandas as pd
 import plotly.graph_objects as go
 
-from ...core.generation import Generation, prompt_ids
-from ...data.sources import load_corpus
-from ...data.textio import check_text
-from ...errors import UserError
-from ...evaluation.faithfulness import answer_support
 from ...evaluation.longcontext.report import qa_table
 from ...evaluation.qa import BOUNDS
 from ...evaluation.results import head_mismatch, made_by
-from ...pipeline import Explorer, Loading, check_n
-from ...retrieval.hits import search
-from ...retrieval.registry import names, unsupported
+from ...pipeline import (
+    CLOSED,  # noqa: F401 (the one-line refusal of a public app, named here as before)
+    BuildProgress,
+    Explorer,
+    IndexStoreError,
+    Loading,
+    StoreInfo,
+    Stores,
+    UserError,
+    check_search,
+    names,
+    store_filter,
+    unsupported,
+)
 from ...settings import MAX_TOKENS, PRECOMPUTED, TOKENS_PER_S, display_path
-from ...store import index as ix
-from ...store import qdrant as qd
 from .. import plots
-from ..answer_check import ANSWER_LABEL, PLACEHOLDER, check_html, prefill_html
+from ..answer_check import ANSWER_LABEL, PLACEHOLDER, check_html, checked, prefill_html
 from ..evidence import hits_html
 from ..gpu import on_gpu
 from ..wiring import Ready
@@ -35,9 +37,6 @@ from ..wiring import Ready
 CORPORA = {"new_wiki": "SQuAD-Shifts New-Wiki paragraphs (1,581)", "squad_dev": "SQuAD v1.1 dev paragraphs (2,067)",
            "summaries": "Wikipedia lead summaries (10,033)", "enwiki": "full enwiki articles (106)",
            "all": "all of the above (13,787 passages, 20,354 chunks)"}
-CLOSED = ("this server searches its own indexes only: opening an index folder or Qdrant store is off "
-          "(UNREAL_OPEN_STORES=1 turns it on)")
-FILTER_VIEWS = 8  # filtered views of Qdrant stores kept open at once (the oldest is dropped)
 HIT_COLUMNS = ["rank", "title", "score", "BM25 rank", "passage"]
 EXAMPLE_QUERIES = {  # held-out questions whose gold passage is in the index ("all"), and one SQuAD dev question
     "Tesla: year he moved to the US": "In what year did Tesla move to the United States?",
@@ -104,85 +103,35 @@ def qa_panel(loader: Loading | None = None) -> None:
                 "others; in a same-topic context, with the gold's own article and its nearest pool passages.")
 
 
-def store_filter(source: str = "", title: str = "") -> qd.Where | None:
-    """The payload filter of the tab's two boxes: chunks of one source and/or titles starting with a prefix
-    (``--where source=NAME --where title^=PREFIX`` of ``index search``); None when both are empty."""
-    source, title = (source or "").strip(), (title or "").strip()
-    return qd.Where(source=source or None, title_prefix=title or None) if source or title else None
-
-
-def _filter_text(where: qd.Where) -> str:
+def _filter_text(terms: list[tuple[str, str, str]]) -> str:
     return ", ".join(f"{field} {'starting with' if kind == 'prefix' else '='} {value!r}"
-                     for field, kind, value in where.terms())
+                     for field, kind, value in terms)
 
 
-def describe(index: ix.Index | qd.QdrantStore) -> str:
-    """The status line of an opened index or Qdrant store: where, codec or storage type, chunks, passages, size on
-    disk (an index folder or a Qdrant Edge folder), the filter and the search of a Qdrant store."""
-    m = index.manifest
-    size = ("" if isinstance(index, qd.QdrantStore) and not index.spec.startswith(qd.EDGE) else
-            f" · {sum(p.stat().st_size for p in index.folder.rglob('*') if p.is_file()) / 2**20:.1f} MiB")
-    counts = f"{m['chunks']:,} chunks of {m['passages']:,} passages{size} · ℓc = {m['chunk_layer']}"
-    if isinstance(index, qd.QdrantStore):
-        where = (f"Qdrant Edge store `{display_path(index.folder)}`" if index.spec.startswith(qd.EDGE) else
-                 f"Qdrant store `{index.spec}`")
-        only = f" · only chunks with {_filter_text(index.where)}" if index.where is not None else ""
-        how = "exact MaxSim" if index.ef is None else f"HNSW search, ef = {index.ef} (approximate)"
-        return f"{where} · {m['datatype']} · {counts}{only} · {how}"
-    shipped = " (shipped with the app)" if index.folder.is_relative_to(PRECOMPUTED) else ""
-    return f"index `{display_path(index.folder)}`{shipped} · codec {m['dtype']} · {counts}"
+def describe(info: StoreInfo) -> str:
+    """The status line of an opened index or Qdrant store (:func:`pipeline.store_info`): where, codec or storage
+    type, chunks, passages, size on disk (an index folder or a Qdrant Edge folder), the filter and the search of a
+    Qdrant store."""
+    size = "" if info.mib is None else f" · {info.mib:.1f} MiB"
+    counts = f"{info.chunks:,} chunks of {info.passages:,} passages{size} · ℓc = {info.chunk_layer}"
+    if info.kind != "index":
+        where = f"Qdrant Edge store `{info.where}`" if info.kind == "qdrant-edge" else f"Qdrant store `{info.where}`"
+        only = f" · only chunks with {_filter_text(info.only)}" if info.only is not None else ""
+        how = "exact MaxSim" if info.ef is None else f"HNSW search, ef = {info.ef} (approximate)"
+        return f"{where} · {info.encoding} · {counts}{only} · {how}"
+    shipped = " (shipped with the app)" if info.shipped else ""
+    return f"index `{info.where}`{shipped} · codec {info.encoding} · {counts}"
 
 
 def ready_corpora(explorer: Explorer) -> list[str]:
     """The corpora with an index for this model and ℓc (built in the cache or shipped)."""
-    return [name for name in CORPORA if (ix.default_index(explorer, name) / "manifest.json").exists()]
+    return [name for name in CORPORA if explorer.index_ready(name)]
 
 
 def build_tab(loader: Loading, open_stores: bool = True) -> Ready:
     """The tab; ``open_stores`` False (a public app: :func:`settings.open_stores <unreal_demo.settings.open_stores>`)
     hides the store and filter boxes and refuses a folder, store or filter sent to its functions (:data:`CLOSED`)."""
-    # opened stores: a corpus name -> its index; (folder or store string, filter) -> an index or a Qdrant store
-    state: dict[object, ix.Index | qd.QdrantStore] = {}
-    described: dict[object, str] = {}  # the status line of each opened store (its size is read once)
-    lock = threading.Lock()
-
-    def opened(name: str, where: str = "", only: qd.Where | None = None) -> tuple[ix.Index | qd.QdrantStore, object]:
-        """The store to search and its key in ``state``: ``where`` (an index folder, ``qdrant-edge:DIR`` or
-        ``qdrant:URL``, opened by :func:`store.qdrant.open_store` as ``index search`` and the evaluations open it)
-        restricted to the payload filter ``only``, else the index of corpus ``name`` (built in the cache, else
-        shipped); each opened on first use.
-
-        Raises
-        ------
-        IndexStoreError
-            Nothing to open there, a store string not understood, a server not reached, or a filter asked of an
-            index folder.
-        """
-        where = (where or "").strip()
-        if not open_stores and (where or only is not None):  # a public app: no visitor's path or URL is opened
-            raise ix.IndexStoreError(CLOSED)
-        if only is not None and not qd.is_spec(where):
-            raise ix.IndexStoreError("the source and title filters apply to a Qdrant store (qdrant-edge:DIR or "
-                                     "qdrant:URL), not to an index folder: clear them or open a store")
-        explorer = loader.get()
-        with lock:
-            if not where:
-                key: object = name
-                if name not in state:
-                    state[name] = ix.Index(ix.default_index(explorer, name))
-            else:
-                key = (where, only)
-                if key not in state:
-                    whole = state.get((where, None))
-                    if whole is None:  # an Edge shard opens once per process: every filter is a view of it
-                        whole = state[(where, None)] = qd.open_store(where)
-                    state[key] = whole if only is None else whole.filtered(only)
-                    views = [x for x in state if isinstance(x, tuple) and x[1] is not None]
-                    for old in views[:-FILTER_VIEWS]:  # each view holds its chunks' texts and its own BM25
-                        state.pop(old), described.pop(old, None)
-            if key not in described:
-                described[key] = describe(state[key])
-            return state[key], key
+    stores = Stores(loader, open_any=open_stores)  # each index or Qdrant store opened once, for every visitor
 
     gr.Markdown(HOW_TO_READ, elem_classes=["unreal-howto"])
     with gr.Row(elem_classes=["unreal-examples"]):
@@ -242,62 +191,41 @@ def build_tab(loader: Loading, open_stores: bool = True) -> Ready:
                    progress=gr.Progress()):  # noqa: B008 (Gradio's idiom)
         if name not in CORPORA:
             raise gr.Error(f"unknown corpus {name!r}")
-        only = store_filter(source, title)
-        if (where or "").strip() or only is not None:  # a folder or store named: opened, never built
-            try:
-                return "loaded " + described[opened(name, where, only)[1]]
-            except UserError as exc:
-                raise gr.Error(str(exc)) from None
-        try:
-            opened(name)
-            return "loaded " + described[name]
-        except ix.IndexStoreError:
-            pass
-        explorer = loader.get()
-        path = ix.default_folder(explorer, name)
-        with lock:
-            t0 = time.perf_counter()
-            c = explorer.head.config
-            passages = load_corpus([name])
-            tokens = sum(len(p.text) for p in passages) / 4.2  # ≈ characters per token of English text
-            progress(0, desc=f"building: about {tokens / TOKENS_PER_S / 60:.0f} min on 2 CPU cores")
 
-            def report(done: int, total: int) -> None:
-                left = (time.perf_counter() - t0) / max(done, 1) * (total - done)
-                progress(done / total, desc=f"encoding chunks {done:,}/{total:,}, about {left / 60:.0f} min left")
+        def report(p: BuildProgress) -> None:
+            if not p.total:  # the corpus is read; the encoding begins
+                progress(0, desc=f"building: about {p.estimate / 60:.0f} min on 2 CPU cores")
+            else:
+                left = f"about {p.left / 60:.0f} min left"
+                progress(p.done / p.total, desc=f"encoding chunks {p.done:,}/{p.total:,}, {left}")
 
-            started = path / "manifest.json"  # resume a build with the settings it was started with
-            m = json.loads(started.read_text()) if started.exists() else {}
-            try:
-                ix.build_index(path, explorer.backbone, passages, c.chunk_layer, c.n_pool, m.get("dtype", "fp16"),
-                               m.get("shard_size", 1024), progress=report, dense=m.get("dense", True),
-                               token_states=m.get("token_states", False))
-                state[name] = ix.Index(path)
-            except UserError as exc:
-                raise gr.Error(str(exc)) from None
-        return f"built {len(state[name]):,} chunks in {time.perf_counter() - t0:.0f} s at `{display_path(path)}`"
+        try:  # a folder or store named: opened, never built; the corpus's own index: built or resumed if need be
+            got = stores.load(name, where, store_filter(source, title), progress=report)
+        except UserError as exc:
+            raise gr.Error(str(exc)) from None
+        if got.built is None:
+            return "loaded " + describe(got.info)
+        b = got.built
+        return f"built {b.chunks:,} chunks in {b.seconds:.0f} s at `{display_path(b.folder)}`"
 
     def do_search(q: str, k_: float, m: str, name: str = "all", where: str = "", source: str = "", title: str = ""):
         if name not in CORPORA:  # the dropdown checks it too; a corpus name becomes part of a folder's name
             raise gr.Error(f"unknown corpus {name!r}")
-        if not q or not q.strip():
-            raise gr.Error("the query is empty")
         try:
-            check_text(q, "the query")
-            k_ = check_n(k_, "k", 100)
+            k_ = check_search(q, k_)
         except UserError as exc:
             raise gr.Error(str(exc)) from None
         only = store_filter(source, title)
         try:
-            index, key = opened(name, where, only)
-        except ix.IndexStoreError as exc:
+            got = stores.open(name, where, only)
+        except IndexStoreError as exc:
             if (where or "").strip() or only is not None:
                 raise gr.Error(str(exc)) from None
             raise gr.Error(f"no index for {name} yet: press 'Build or load index' to build it") from None
-        if why := unsupported(index, [m]).get(m):
+        if why := unsupported(got.store, [m]).get(m):
             raise gr.Error(f"{m} cannot search this store: it needs {why}")
-        try:
-            result = search(index, loader.get(), q, k_, m, bm25_k=100)  # BM25 beside it: scored once per search
+        try:  # BM25 beside it: scored once per search
+            result = loader.get().search(got.store, q, k_, m, bm25_k=100)
             bm25 = {"hits": result["bm25_hits"]}
         except UserError as exc:
             raise gr.Error(str(exc)) from None
@@ -308,32 +236,28 @@ def build_tab(loader: Loading, open_stores: bool = True) -> Ready:
         fig.update_layout(title=f"top {len(result['hits'])} by {m} — query {t.get('query_encoding', 0):.2f} s, "
                                 f"scan {t.get('scan', 0):.3f} s", height=300)
         bm25["hits"] = bm25["hits"][:k_]
-        last = {"query": q, "hits": result["hits"][:5], "n_pool": index.manifest["n_pool"]}
+        last = {"query": q, "hits": result["hits"][:5], "n_pool": got.store.manifest["n_pool"]}
         return (fig, _hits_table(result, bm25_rank), _hits_table(bm25, bm25_rank).drop(columns=["BM25 rank"]),
-                described[key], _cards(last), last, "", PLACEHOLDER)
+                describe(got.info), _cards(last), last, "", PLACEHOLDER)
 
     def _cards(last: dict, copied: dict | None = None) -> str:
         return hits_html(loader.get(), last["hits"], last["query"], last["n_pool"], MAX_TOKENS, copied)
 
     def do_answer(last: dict):
-        """The searched query answered from its top 5 hits by :meth:`Explorer.stream_passages`, the Long document
+        """The searched query answered from its top 5 hits by :meth:`Explorer.answer_stream`, the Long document
         tab's answering path, then checked against them."""
         if not last.get("hits"):
             raise gr.Error("search first")
         explorer, passages = loader.get(), [h["text"] for h in last["hits"]]
         try:
-            n_tokens = len(prompt_ids(explorer.backbone, passages, last["query"]))
-            yield "", prefill_html(n_tokens, len(passages), explorer, "hit"), gr.skip()
-            gen = Generation()
-            for gen in explorer.stream_passages(passages, last["query"], source="the top 5 hits"):
-                yield gen.text, PLACEHOLDER, gr.skip()
+            steps = explorer.answer_stream(passages, last["query"], source="the top 5 hits")
+            yield "", prefill_html(next(steps).prompt_tokens, len(passages), explorer, "hit"), gr.skip()
+            for step in steps:
+                yield step.text, PLACEHOLDER, gr.skip()
         except UserError as exc:
             raise gr.Error(str(exc)) from None
-        support = answer_support(gen.text, passages)
-        copied: dict[int, list[tuple[int, int]]] = {}
-        for j, start, end in support.copied:
-            copied.setdefault(j, []).append((start, end))
-        yield gen.text, check_html(explorer, gen, support), _cards(last, copied)
+        support, copied = checked(step.text, passages)
+        yield step.text, check_html(explorer, step, support), _cards(last, copied)
 
     found = [chart, table, bm25_table, status, evidence, searched, answer, check]
     where = [corpus, store_box, source_box, title_box]
