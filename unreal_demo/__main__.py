@@ -208,7 +208,7 @@ def _adapter(args: argparse.Namespace) -> None:
 
         if args.steps < 1 or args.batch < 1:
             raise UserError("--steps and --batch must be at least 1")
-        result = run_joint(head, JointConfig(steps=args.steps, batch=args.batch, lr_rho=args.lr_rho),
+        result = run_joint(head, JointConfig(steps=args.steps, batch=args.batch, lr_rho=args.lr_rho, lr=args.lr),
                            args.out, args.save)
         print(result["markdown"])
         return
@@ -575,6 +575,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "jointly through the LLM (resumable; the cleaner positives), from --head")
     ad.add_argument("--batch", type=int, default=16, help="--joint: questions per step")
     ad.add_argument("--lr-rho", dest="lr_rho", type=float, default=5e-4, help="--joint: learning rate of ρ")
+    ad.add_argument("--lr", type=float, default=5e-4, help="--joint: learning rate of α and the adapter")
     ad.set_defaults(func=_adapter)
 
     rk = sub.add_parser("rank", help="rank a JSONL corpus for JSONL queries")

@@ -12,6 +12,8 @@ starting head's row, so the two read side by side with ``precomputed/adapter_gri
 
 from __future__ import annotations
 
+import hashlib
+import json
 import time
 from dataclasses import asdict
 
@@ -66,7 +68,8 @@ def run_joint(head_path: str, cfg: JointConfig, out: str | None = None, save: st
         train_t.append(texts(q, keep, name))
         hard.append(mine(head, StateSet(name, c.groups[keep], []), pool, 32))
     dev_t = [texts(q, list(range(len(q.texts))), q.name) for q in devs]
-    run_folder = cache_dir() / "joint_runs" / f"{head.digest()[:12]}-{cfg.seed}"
+    settings = hashlib.sha1(json.dumps(asdict(cfg) | {"steps": None}, sort_keys=True).encode()).hexdigest()[:8]
+    run_folder = cache_dir() / "joint_runs" / f"{head.digest()[:12]}-{settings}"  # more --steps resume the run
     t0 = time.time()
     model, history = fit_joint(head, backbone, train_t, dev_t, dev_keys, cfg, run_folder, hard=hard,
                                train_mask=cand_mask, log=log)
