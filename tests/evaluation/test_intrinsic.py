@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 from transformers import DynamicCache
@@ -99,5 +101,10 @@ def test_live_scores_follow_a_chunk_and_refuse_what_the_view_cannot_take(tiny):
     assert len(s.ranks[0]) == 4 and len(s.z[0]) == len(s.chunks) and min(min(r) for r in s.ranks) >= 1
     with pytest.raises(InputError, match=rf"chunk id {len(s.chunks)} does not exist"):
         live_scores(ex, doc, "capital of France?", chunk=len(s.chunks))
+    assert live_scores(ex, doc, "capital of France?", chunk=float(s.chunk)).chunk == s.chunk  # a number box's 3.0
+    for empty in (None, float("nan"), "", 2.5):  # an empty or NaN box: one line, not TypeError or ValueError
+        with pytest.raises(InputError, match=r"^the answer chunk id must be a whole number \(-1: BM25's top chunk; "
+                                             rf"got {re.escape(repr(empty))}\)$"):
+            live_scores(ex, doc, "capital of France?", chunk=empty)
     with pytest.raises(InputError, match=f"the live view takes at most {LIVE_CHUNKS}"):
         live_scores(ex, "A sentence about a town and its mills. " * 1_500, "q?")  # 58,500 characters

@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import json
 import math
+import numbers
 import random
+import re
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -173,8 +175,25 @@ class LiveScores:
     z: list[list[float]]
 
 
+def _chunk_id(chunk: object) -> int:
+    """``chunk`` as an ``int``: an int, a whole float (a number box's 3.0) or its digits as text; negative means
+    BM25's top chunk.
+
+    Raises
+    ------
+    InputError
+        One line, for anything else (empty, NaN, 2.5).
+    """
+    if isinstance(chunk, str) and re.fullmatch(r"\s*[+-]?\d+\s*", chunk):
+        return int(chunk)
+    if isinstance(chunk, numbers.Real) and not isinstance(chunk, bool) and math.isfinite(chunk) \
+            and float(chunk).is_integer():
+        return int(chunk)
+    raise InputError(f"the answer chunk id must be a whole number (-1: BM25's top chunk; got {chunk!r})")
+
+
 def live_scores(explorer, doc: str, question: str, mode: str = "separate", view: str = "qk_post",
-                chunk: int = -1) -> LiveScores:
+                chunk: object = -1) -> LiveScores:
     """The Intrinsic tab's live run: chunk ``doc`` as the pipeline does, follow chunk ``chunk`` (-1: BM25's top
     chunk) and score every chunk by every layer × head (:func:`intrinsic_scores`, ``view`` ``qk_post`` or
     ``qk_pre``).
@@ -183,13 +202,13 @@ def live_scores(explorer, doc: str, question: str, mode: str = "separate", view:
     ------
     InputError
         Inputs :func:`pipeline.check_inputs` refuses (at most :data:`LIVE_CHARS` characters), more than
-        :data:`LIVE_CHUNKS` chunks, or a chunk id that does not exist.
+        :data:`LIVE_CHUNKS` chunks, or a chunk id that is not a whole number or does not exist.
     """
+    cid = _chunk_id(chunk)  # before any work: a number box may send None, NaN or 2.5
     check_inputs([doc], question, max_chars=LIVE_CHARS)
     chunks = explorer.chunk([doc])
     if len(chunks) > LIVE_CHUNKS:
         raise InputError(f"{len(chunks)} chunks: the live view takes at most {LIVE_CHUNKS} (about 9K tokens)")
-    cid = int(chunk)
     if cid < 0:
         cid = explorer.rank([doc], question, 1, "bm25", chunks=chunks).selected[0]
     if cid >= len(chunks):

@@ -85,9 +85,9 @@ def build_tab(loader: Loading) -> Ready:
     top_text = gr.Markdown()
     last = gr.State({})  # per user: the chunk texts and layer × chunk scores of the last run
 
-    def score(doc: str, q: str, m: str, view: str, chunk_id: float, at_layer: float):
+    def score(doc: str, q: str, m: str, view: str, chunk_id: float | None, at_layer: float):
         try:
-            s = live_scores(loader.get(), doc, q, m, view, int(chunk_id))
+            s = live_scores(loader.get(), doc, q, m, view, chunk_id)  # checks the id (an empty box: None)
         except UserError as exc:
             raise gr.Error(str(exc)) from None
         cid, best = s.chunk, min(min(row) for row in s.ranks)
