@@ -85,7 +85,8 @@ def test_flops_starts_from_the_shipped_head(capsys):
     (["eval", "prompt", "--methods", "nope"], "unknown prompt nope"),
     (["eval", "prompt", "--sample", "0"], "must be at least 1"),
     (["eval", "qa", "--k", "0"], "must be at least 1"),
-    (["index", "search", "--query", "q", "--k", "0"], "--k must be at least 1"),
+    (["index", "search", "--query", "q", "--k", "0"], "--k must be a whole number of at least 1 (got 0)"),
+    (["index", "search", "--query", " "], "the query is empty"),
     (["rank", "--passages", "P", "--queries", "Q", "--k", "0"], "--k must be at least 1"),
 ])
 def test_bad_flags_are_one_line_before_any_model(capsys, args, match):
@@ -202,6 +203,10 @@ def test_qdrant_export_search_add_delete(tmp_path, capsys, folder):
     extra.write_text(json.dumps({"id": "z", "title": "Zebra", "text": FACT}) + "\n")
     model, store = ["--model", str(folder)], "qdrant::memory:/cli"
     _json_out(capsys, ["index", "build", "--out", str(tmp_path / "ix"), "--corpus", str(corpus), "--no-dense", *model])
+    for method, needs in (("dense", "--dense"), ("sparse", "--token-states")):  # as the Wikipedia tab says it
+        assert main(["index", "search", "--index", str(tmp_path / "ix"), "--query", "zebra", "--method", method,
+                     *model]) == 2
+        assert capsys.readouterr().err == f"error: {method} cannot search this store: it needs {needs}\n"
     out = _json_out(capsys, ["index", "export", "--index", str(tmp_path / "ix"), "--to", store, *model])
     assert out["chunks"] == len(TOWNS) and out["store"] == store
 

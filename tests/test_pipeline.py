@@ -186,9 +186,9 @@ def test_build_index_resumes_with_the_settings_it_was_started_with(explorer, tmp
     assert len(again.manifest["shards"]) == 3
 
 
-def test_stores_build_a_missing_corpus_index_once_then_open_it(explorer, tmp_path, monkeypatch):
-    """Stores.load builds the corpus's own index in the cache when none opens, then opens it; a public app's
-    Stores refuses any folder (CLOSED)."""
+def _stores(explorer, tmp_path, monkeypatch, n=6):
+    """A loader for Stores whose cache is in ``tmp_path``: MiniLM stubbed, new_wiki and squad_dev read as a JSONL
+    corpus of ``n`` passages."""
     import torch
 
     from unreal_demo import pipeline, settings
@@ -197,9 +197,26 @@ def test_stores_build_a_missing_corpus_index_once_then_open_it(explorer, tmp_pat
 
     monkeypatch.setenv(settings.CACHE_ENV, str(tmp_path / "cache"))
     monkeypatch.setattr(minilm, "embed", lambda texts: torch.nn.functional.normalize(torch.ones(len(texts), 3), dim=-1))
-    passages = load_corpus([str(_corpus(tmp_path, 6))])
-    monkeypatch.setattr(pipeline, "load_corpus", lambda names: passages if names == ["new_wiki"] else pytest.fail())
-    stores = pipeline.Stores(pipeline.Loading.of(explorer), open_any=False)
+    passages = load_corpus([str(_corpus(tmp_path, n))])
+    monkeypatch.setattr(pipeline, "load_corpus",
+                        lambda names: passages if names in (["new_wiki"], ["squad_dev"]) else pytest.fail())
+    return pipeline.Loading.of(explorer)
+
+
+def test_stores_build_a_missing_corpus_index_once_then_open_it(explorer, tmp_path, monkeypatch):
+    """Stores.load builds the corpus's own index in the cache when none opens, then opens it; a public app's
+    Stores builds nothing (one line saying how to build the index), opens the index once built, and refuses any
+    folder (CLOSED)."""
+    from unreal_demo import pipeline
+
+    loader = _stores(explorer, tmp_path, monkeypatch)
+    closed = pipeline.Stores(loader, open_any=False)
+    with pytest.raises(IndexStoreError, match=r"builds none for visitors: build it on your own machine with "
+                                              r"`python -m unreal_demo index build --corpus new_wiki --out DIR`"
+                       ) as refused:
+        closed.load("new_wiki")
+    assert len(str(refused.value).splitlines()) == 1 and not explorer.index_ready("new_wiki")
+    stores = pipeline.Stores(loader, open_any=True)
     with pytest.raises(IndexStoreError):
         stores.open("new_wiki")  # nothing built yet
     got = stores.load("new_wiki")
@@ -207,5 +224,147 @@ def test_stores_build_a_missing_corpus_index_once_then_open_it(explorer, tmp_pat
     assert (got.info.kind, got.info.chunks, got.info.passages, got.info.shipped) == ("index", 6, 6, False)
     again = stores.load("new_wiki")
     assert again.built is None and again.store is got.store and explorer.index_ready("new_wiki")
+    shown = closed.load("new_wiki")  # built: a public app opens it
+    assert shown.built is None and len(shown.store) == 6
     with pytest.raises(IndexStoreError, match="searches its own indexes only"):
-        stores.load("new_wiki", str(got.built.folder))
+        closed.load("new_wiki", str(got.built.folder))
+
+
+@pytest.mark.parametrize("corpus", ["/etc/x.jsonl", "../../x", "", None])
+def test_stores_open_and_build_only_the_built_in_corpora(explorer, monkeypatch, corpus):
+    """A corpus name is checked below the UI: anything but CORPORA (a path, a file) is one line, before any work."""
+    from unreal_demo import pipeline
+    from unreal_demo.data.sources import BUILT_IN
+
+    assert list(pipeline.CORPORA) == [*BUILT_IN, "all"]
+    monkeypatch.setattr(explorer, "build_index", lambda *a, **k: pytest.fail("built"))
+    stores = pipeline.Stores(pipeline.Loading.of(explorer), open_any=True)
+    for call in (stores.open, stores.load):
+        with pytest.raises(InputError, match=r"^unknown corpus .*: the indexes are of new_wiki, squad_dev, summaries, "
+                                             r"enwiki, all$"):
+            call(corpus)
+    with pytest.raises(InputError, match="unknown corpus"):
+        stores.open(corpus, "some/folder")  # whatever the folder
+
+
+def test_a_build_holds_up_no_other_store_and_runs_once(explorer, tmp_path, monkeypatch):
+    """While one load builds a corpus's index, a cached store and a folder not yet opened open and search at once,
+    a search of that corpus says it is being built, and a second load of it waits and gets the same index (one
+    build)."""
+    import threading
+    import time
+
+    from unreal_demo import pipeline
+    from unreal_demo.data.sources import load_corpus
+    from unreal_demo.store import index as ix
+
+    loader = _stores(explorer, tmp_path, monkeypatch)
+    ix.build_index(tmp_path / "other", explorer.backbone, load_corpus([str(_corpus(tmp_path, 4))]),
+                   explorer.head.config.chunk_layer, explorer.head.config.n_pool, dense=False)
+    stores = pipeline.Stores(loader, open_any=True)
+    ready = stores.load("squad_dev")
+    started, release, builds, build = threading.Event(), threading.Event(), [], explorer.build_index
+
+    def slow(*args, **kwargs):
+        builds.append(args[1])
+        started.set()
+        assert release.wait(30)
+        return build(*args, **kwargs)
+
+    monkeypatch.setattr(explorer, "build_index", slow)
+    got = {}
+    loads = [threading.Thread(target=lambda i=i: got.__setitem__(i, stores.load("new_wiki"))) for i in range(2)]
+    loads[0].start()
+    assert started.wait(30)
+    loads[1].start()
+    t0 = time.perf_counter()
+    assert stores.open("squad_dev").store is ready.store
+    other = stores.open("new_wiki", str(tmp_path / "other"))  # opened while the build runs
+    assert explorer.search(other.store, "mills", 2, "bm25")["hits"]
+    with pytest.raises(IndexStoreError, match="^the index of new_wiki is being built: search it once the build is "
+                                              "done$"):
+        stores.open("new_wiki")
+    waited = time.perf_counter() - t0
+    release.set()
+    for thread in loads:
+        thread.join(60)
+    assert waited < 10 and builds == [["new_wiki"]]
+    assert got[0].store is got[1].store and len(got[0].store) == 6
+    assert sorted(g.built is None for g in got.values()) == [False, True]
+
+
+def test_stores_key_by_folder_and_drop_the_least_recently_used(explorer, tmp_path, monkeypatch):
+    """Two spellings of one folder open it once (an index, a Qdrant Edge store); past ``size`` the least recently
+    used store is dropped (an Edge store closed, with its views) and opens afresh when asked again; a method the
+    store cannot serve is one line from Explorer.search."""
+    pytest.importorskip("qdrant_edge", reason="qdrant-edge-py is not installed")
+    from unreal_demo import pipeline
+    from unreal_demo.data.sources import load_corpus
+    from unreal_demo.store import index as ix
+    from unreal_demo.store import qdrant
+
+    passages = load_corpus([str(_corpus(tmp_path))])
+    for name in ("a", "b"):
+        ix.build_index(tmp_path / name, explorer.backbone, passages, explorer.head.config.chunk_layer,
+                       explorer.head.config.n_pool, dense=False)
+    qdrant.export_index(ix.Index(tmp_path / "a"), f"qdrant-edge:{tmp_path / 'edge'}")
+    monkeypatch.chdir(tmp_path)
+    stores = pipeline.Stores(pipeline.Loading.of(explorer), open_any=True, size=2)
+    a = stores.open("all", str(tmp_path / "a"))
+    assert stores.open("all", "a/").store is a.store and stores.open("all", "./b/../a").store is a.store
+    with pytest.raises(InputError, match="^dense cannot search this store: it needs --dense$"):
+        explorer.search(a.store, "mills", 3, "dense")
+    edge = stores.open("all", "qdrant-edge:edge")
+    view = stores.open("all", f"qdrant-edge:{tmp_path / 'edge'}", qdrant.Where(title_prefix="Town 1"))
+    assert stores.open("all", "qdrant-edge:./edge/").store is edge.store  # one shard, and every view of it
+    assert len(view.store) == 1 and view.store is not edge.store
+    assert stores.open("all", "a").store is not a.store  # dropped when the view came in: opened afresh
+    stores.open("all", "b")  # two indexes kept: the Edge store dropped, closed, its view with it
+    again = stores.open("all", "qdrant-edge:edge")  # opens: the shard was released
+    assert again.store is not edge.store and len(again.store) == 10
+
+
+def test_stores_default_to_the_app_setting(explorer, monkeypatch):
+    """Stores (and so the Wikipedia tab) read settings.open_stores when not told: closed on a public app; a bad
+    $UNREAL_OPEN_STORES is one line."""
+    from unreal_demo import pipeline, settings
+
+    for name in (settings.STORES_ENV, settings.SPACE_ENV, "GRADIO_SERVER_NAME"):
+        monkeypatch.delenv(name, raising=False)
+    loader = pipeline.Loading.of(explorer)
+    assert pipeline.Stores(loader).open_any
+    monkeypatch.setenv(settings.SPACE_ENV, "someone/unreal")
+    assert not pipeline.Stores(loader).open_any
+    monkeypatch.setenv(settings.STORES_ENV, "maybe")
+    with pytest.raises(InputError, match=r"^\$UNREAL_OPEN_STORES is 0 or 1, not 'maybe'$"):
+        pipeline.Stores(loader)
+
+
+def test_build_index_refuses_as_started_with_a_lossy_codec(explorer, tmp_path, monkeypatch):
+    """A lossy build runs in OUT.fp16-build, whose manifest does not say the codec: as_started is refused in one
+    line, before the corpus is read."""
+    from unreal_demo import pipeline
+
+    monkeypatch.setattr(pipeline, "load_corpus", lambda names: pytest.fail("read"))
+    with pytest.raises(InputError, match=r"^as_started resumes an fp16 or int8 build; a rpq3 build is encoded in "
+                                         r"ix\.fp16-build, then compressed") as refused:
+        explorer.build_index(tmp_path / "ix", ["new_wiki"], codec="rpq3", as_started=True)
+    assert len(str(refused.value).splitlines()) == 1
+
+
+def test_an_answer_tokenizes_its_prompt_once(explorer, monkeypatch):
+    """answer_stream reports the prompt's length and stream_passages answers from the same ids: one tokenization per
+    answer (and per timed full context)."""
+    from unreal_demo import pipeline
+
+    calls, tokenize = [], pipeline.prompt_ids
+    monkeypatch.setattr(pipeline, "prompt_ids", lambda *a, **k: calls.append(1) or tokenize(*a, **k))
+    rule = AnswerRule(2, first_sentence=False)
+    steps = list(explorer.answer_stream(["Fact one is 7.", "Fact two is 14."], "What is fact two?", rule))
+    assert len(calls) == 1 and steps[0].prompt_tokens == steps[-1].prompt_tokens > 0 and steps[-1].done
+    calls.clear()
+    ranking = explorer.rank([DOC], "What does fact 7 say?", 2, "bm25")
+    full = explorer.full_context(ranking, "What does fact 7 say?", timed=True)
+    assert len(calls) == 1 and full.first_token is not None
+    calls.clear()
+    assert list(explorer.stream_passages(ranking.passages, "What does fact 7 say?", rule)) and len(calls) == 1

@@ -250,12 +250,12 @@ def _flops(args: argparse.Namespace) -> None:
 
 
 def _index(args: argparse.Namespace) -> None:
-    from .pipeline import BuildProgress, Explorer
+    from .pipeline import BuildProgress, Explorer, check_search
     from .store import index
 
-    if args.action == "search" and (not args.query or not args.query.strip()):
-        raise InputError("the query is empty")
-    if args.k < 1:
+    if args.action == "search":  # the tab's check of a query and k; --k has no upper bound
+        args.k = check_search(args.query or "", args.k, high=None, name="--k")
+    elif args.k < 1:
         raise InputError("--k must be at least 1")
     if args.action in ("export", "add", "delete") or args.store or args.where or args.ef is not None:
         _qdrant(args)

@@ -10,7 +10,7 @@ The one service every front end calls (the CLI and the tabs only present what it
   :meth:`~Explorer.stream_passages`), times full context (:meth:`~Explorer.full_context`), searches an index
   or a Qdrant store (:meth:`~Explorer.search`) and builds or resumes an index (:meth:`~Explorer.build_index`).
 - :class:`Loading` loads an explorer in the background; :class:`Stores` holds the indexes and Qdrant stores a
-  long-running front end has opened (or built), each opened once.
+  long-running front end has opened (or built) of the corpora in :data:`CORPORA`, each opened once.
 
 The names a front end presents (method names and help, result types, the errors it catches) are imported from
 here.
@@ -28,7 +28,8 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import torch
@@ -44,7 +45,7 @@ from .data.textio import check_text, read_document
 from .errors import InputError, UserError
 from .retrieval import hits
 from .retrieval.evidence import group_similarities, sparse_matches
-from .retrieval.registry import METHODS, all_scores, check, help_text, names, unsupported
+from .retrieval.registry import METHODS, all_scores, check, names, unsupported
 from .settings import (
     CHUNK_TOKENS,
     DEFAULT_HEADS,
@@ -54,17 +55,18 @@ from .settings import (
     PRECOMPUTED,
     TOKENS_PER_S,
     display_path,
+    open_stores,
 )
 from .store import index as ix
 from .store.index import Index, IndexStoreError
 from .store.memory import MemoryStore
-from .store.qdrant import EDGE, QdrantStore, Where, is_spec, open_store
+from .store.qdrant import EDGE, SERVER, QdrantStore, Where, is_spec, open_store
 
 # what the front ends present, from this one place (beside the types and functions defined below)
-__all__ = ["ANSWER_RULE", "CLOSED", "AnswerRule", "AnswerStep", "AskStep", "BuildProgress", "Explorer", "FullContext",
-           "IndexBuild", "IndexStoreError", "InputError", "Loading", "Opened", "Ranking", "StoreInfo", "Stores",
-           "UserError", "check_inputs", "check_n", "check_search", "head_file", "help_text", "names", "read_document",
-           "store_filter", "store_info", "unsupported"]
+__all__ = ["ANSWER_RULE", "CLOSED", "CORPORA", "AnswerRule", "AnswerStep", "AskStep", "BuildProgress", "Explorer",
+           "FullContext", "IndexBuild", "IndexStoreError", "InputError", "Loading", "Opened", "Ranking", "StoreInfo",
+           "Stores", "UserError", "check_corpus", "check_inputs", "check_n", "check_search", "head_file", "names",
+           "open_any_default", "read_document", "store_filter", "store_info", "unsupported"]
 
 
 @dataclass
@@ -170,9 +172,9 @@ def check_inputs(docs: Sequence[str], question: str, max_chars: int = MAX_CHARS)
     check_text(question, "the question")
 
 
-def check_search(query: str, k: object, high: int = 100) -> int:
-    """``k`` as an ``int`` (:func:`check_n`, from 1 to ``high``) once ``query`` is a query: not empty, not binary
-    or damaged text.
+def check_search(query: str, k: object, high: int | None = 100, name: str = "k") -> int:
+    """``k`` as an ``int`` (:func:`check_n`, from 1 to ``high``; None: no upper bound, as ``index search --k``)
+    once ``query`` is a query: not empty, not binary or damaged text. ``name`` is how the message calls ``k``.
 
     Raises
     ------
@@ -182,17 +184,18 @@ def check_search(query: str, k: object, high: int = 100) -> int:
     if not query or not query.strip():
         raise InputError("the query is empty")
     check_text(query, "the query")
-    return check_n(k, "k", high)
+    return check_n(k, name, high)
 
 
-def check_n(n: object, name: str = "n", high: int = MAX_N) -> int:
-    """``n`` as an ``int`` when it is a whole number from 1 to ``high``: an int, a whole float (a slider's 5.0) or
-    its digits as text (a command-line flag); nothing is rounded or clamped.
+def check_n(n: object, name: str = "n", high: int | None = MAX_N) -> int:
+    """``n`` as an ``int`` when it is a whole number from 1 to ``high`` (None: no upper bound): an int, a whole
+    float (a slider's 5.0) or its digits as text (a command-line flag); nothing is rounded or clamped.
 
     Raises
     ------
     InputError
-        One line saying what is wrong (``n must be a whole number from 1 to 1,000 (got 2.5)``).
+        One line saying what is wrong (``n must be a whole number from 1 to 1,000 (got 2.5)``; without ``high``,
+        ``n must be a whole number of at least 1 (got 0)``).
 
     Examples
     --------
@@ -204,7 +207,9 @@ def check_n(n: object, name: str = "n", high: int = MAX_N) -> int:
         whole = int(n)
     elif isinstance(n, numbers.Real) and not isinstance(n, bool) and math.isfinite(n) and float(n).is_integer():
         whole = int(n)
-    if whole is None or not 1 <= whole <= high:
+    if high is None and (whole is None or whole < 1):
+        raise InputError(f"{name} must be a whole number of at least 1 (got {n!r})")
+    if high is not None and (whole is None or not 1 <= whole <= high):
         raise InputError(f"{name} must be a whole number from 1 to {high:,} (got {n!r})")
     return whole
 
@@ -247,6 +252,8 @@ class Explorer:
         self.head.requires_grad_(False)
         self._count, self._offsets = tokenizer_counters(backbone.tokenizer)
         self._cache: OrderedDict[str, MemoryStore] = OrderedDict()
+        self._prompts: OrderedDict[tuple, list[int]] = OrderedDict()  # (passages, question) -> ids, kept for the
+        # next answer from them (:meth:`_prompt_ids`)
         self._lock = threading.Lock()
 
     @classmethod
@@ -420,11 +427,28 @@ class Explorer:
             names what was selected in the message).
         """
         check_inputs(passages, question)
-        ids = prompt_ids(self.backbone, passages, question)
+        ids = self._prompt_ids(passages, question)
         if not fits_window(self.backbone, len(ids), rule.budget):
             raise InputError(f"{source}: the prompt has {len(ids):,} tokens, more than the model window "
                              f"of {self.backbone.max_positions:,} minus {rule.budget} for the answer")
         yield from stream_answer(self.backbone, ids, rule.budget, rule.first_sentence)
+
+    def _prompt_ids(self, passages: Sequence[str], question: str, keep: bool = False) -> list[int]:
+        """The answering prompt's token ids (:func:`core.generation.prompt_ids`), tokenized once per answer: with
+        ``keep`` they are kept for the next call on the same passages and question, which takes them (so
+        :meth:`answer_stream` reports the prompt's length and :meth:`stream_passages` answers from the same ids).
+        At most 8 prompts wait at once (the oldest is dropped: it is tokenized again if asked for)."""
+        key = (tuple(passages), question)
+        with self._lock:
+            ids = self._prompts.pop(key, None)
+        if ids is None:
+            ids = prompt_ids(self.backbone, passages, question)
+        if keep:
+            with self._lock:
+                self._prompts[key] = ids
+                while len(self._prompts) > 8:
+                    self._prompts.popitem(last=False)
+        return ids
 
     def answer_stream(self, passages: Sequence[str], question: str, rule: AnswerRule = ANSWER_RULE,
                       source: str = "the passages", timings: dict | None = None,
@@ -433,7 +457,8 @@ class Explorer:
         prompt's length (before the model reads it, and before the window is checked), then the answer so far
         after every token; ``timings["first_token"]`` is set once, at the first answer token, and
         ``timings["total"]`` grows to the end (the last step has ``done``). Times count from ``start`` (a
-        ``time.perf_counter()``; default now) and extend ``timings`` (earlier stages: chunking, retrieval).
+        ``time.perf_counter()``; default now) and extend ``timings`` (earlier stages: chunking, retrieval). The
+        prompt is tokenized once (:meth:`_prompt_ids`): the ids counted here are the ones answered from.
 
         Raises
         ------
@@ -442,7 +467,7 @@ class Explorer:
         """
         t0 = time.perf_counter() if start is None else start
         timings = dict(timings or {})
-        yield AnswerStep("", len(prompt_ids(self.backbone, passages, question)), dict(timings))
+        yield AnswerStep("", len(self._prompt_ids(passages, question, keep=True)), dict(timings))
         gen = Generation()
         for gen in self.stream_passages(passages, question, rule, source):
             if gen.tokens >= 1 and "first_token" not in timings:
@@ -464,7 +489,7 @@ class Explorer:
         with :data:`ANSWER_RULE`'s budget; with ``timed``, its prefill and time to first token (one token through
         :meth:`stream_passages`, plus the ranking's chunking time), left None when the prompt does not fit."""
         texts = [c.text for c in ranking.chunks]
-        n = len(prompt_ids(self.backbone, texts, question))
+        n = len(self._prompt_ids(texts, question, keep=timed))  # timed: stream_passages answers from these ids
         out = FullContext(n, fits_window(self.backbone, n, ANSWER_RULE.budget), self.backbone.max_positions)
         if not timed:
             return out
@@ -479,7 +504,7 @@ class Explorer:
 
     def ask_stream(self, docs: Sequence[str], question: str, n: int = 5, method: str = "unreal",
                    rule: AnswerRule = ANSWER_RULE) -> Iterator[AskStep]:
-        """The one orchestrator of the CLI and the UI: chunk → encode → retrieve → select, then the
+        """Ask (``ask`` and the Long document tab): chunk → encode → retrieve → select, then the
         streamed answer (:meth:`answer_stream`, timed from this call). The first step carries the ranking and
         no prompt (``prompt_tokens`` 0); the second the prompt's length; every later step the answer so
         far; ``timings["first_token"]`` is set once, when the first answer token exists, and
@@ -493,7 +518,16 @@ class Explorer:
     def search(self, store, query: str, k: int = 10, method: str = "unreal", bm25_k: int = 0) -> dict:
         """Top-``k`` chunks of an index or a Qdrant store for one query, each hit with its evidence, and timings
         (:func:`retrieval.hits.search`, the record ``index search --json`` prints); with ``bm25_k``, BM25's own
-        top-``bm25_k`` beside it, scored once per search."""
+        top-``bm25_k`` beside it, scored once per search.
+
+        Raises
+        ------
+        InputError
+            A method the store cannot serve (:func:`retrieval.registry.unsupported`: ``sparse cannot search this
+            store: it needs --token-states``), before any work; :class:`UserError` as the search raises it.
+        """
+        if why := unsupported(store, [method]).get(method):
+            raise InputError(f"{method} cannot search this store: it needs {why}")
         return hits.search(store, self, query, k, method, bm25_k)
 
     def index_folder(self, corpus: str = "all") -> Path:
@@ -518,17 +552,24 @@ class Explorer:
 
         With ``as_started``, a build already begun in ``out`` resumes with the settings it was started with (its
         manifest's encoding, shard size, dense vectors and token states replace the ones given); otherwise a
-        folder begun with other settings is an error. ``progress`` receives a :class:`BuildProgress` once the
-        corpus is read, then as chunks are encoded. ``state`` is the process layout under ``accelerate launch``
-        (only its main process compresses).
+        folder begun with other settings is an error. ``as_started`` is refused with a lossy ``codec``: such a
+        build runs in ``OUT.fp16-build``, whose manifest does not record the codec it is compressed to, so it
+        resumes only with the settings given again (without ``as_started``). ``progress`` receives a
+        :class:`BuildProgress` once the corpus is read, then as chunks are encoded. ``state`` is the process layout
+        under ``accelerate launch`` (only its main process compresses).
 
         Raises
         ------
         UserError
-            An unknown corpus; :class:`store.index.IndexStoreError` for a folder holding another index.
+            An unknown corpus; :class:`InputError` for ``as_started`` with a lossy codec (before any work);
+            :class:`store.index.IndexStoreError` for a folder holding another index.
         """
         t0 = time.perf_counter()
         out = Path(out)
+        if as_started and codec in ix.LOSSY:
+            raise InputError(f"as_started resumes an fp16 or int8 build; a {codec} build is encoded in "
+                             f"{out.name}.fp16-build, then compressed: resume it with the settings it was started "
+                             "with (codec, shard size, dense, token states) instead")
         started = out / "manifest.json"
         m = json.loads(started.read_text()) if as_started and started.exists() else {}
         if m:  # resume a build with the settings it was started with
@@ -655,7 +696,60 @@ class Loading:
 
 CLOSED = ("this server searches its own indexes only: opening an index folder or Qdrant store is off "
           "(UNREAL_OPEN_STORES=1 turns it on)")
-FILTER_VIEWS = 8  # filtered views of Qdrant stores kept open at once (the oldest is dropped)
+FILTER_VIEWS = 8  # filtered views of Qdrant stores kept open at once (the least recently used is dropped)
+OPEN_STORES = 16  # indexes, Qdrant stores and views kept open at once (the least recently used is dropped, closed)
+CORPORA = {"new_wiki": "SQuAD-Shifts New-Wiki paragraphs (1,581)", "squad_dev": "SQuAD v1.1 dev paragraphs (2,067)",
+           "summaries": "Wikipedia lead summaries (10,033)", "enwiki": "full enwiki articles (106)",
+           "all": "all of the above (13,787 passages, 20,354 chunks)"}
+"""The built-in corpora a front end opens or builds an index of (:data:`data.sources.BUILT_IN` and ``all``), each
+with what it holds. :class:`Stores` refuses any other name: a corpus name becomes part of a folder's name, and
+:func:`data.sources.load_corpus` would read a path given in its place."""
+
+
+def check_corpus(name: object) -> str:
+    """``name`` when it is one of :data:`CORPORA`.
+
+    Raises
+    ------
+    InputError
+        One line: ``unknown corpus '../x': the indexes are of new_wiki, squad_dev, summaries, enwiki, all``.
+    """
+    if not isinstance(name, str) or name not in CORPORA:
+        raise InputError(f"unknown corpus {name!r}: the indexes are of {', '.join(CORPORA)}")
+    return name
+
+
+def open_any_default() -> bool:
+    """Whether a front end lets visitors open any index folder or Qdrant store and build indexes:
+    :func:`settings.open_stores <unreal_demo.settings.open_stores>` (on unless the app is public).
+
+    Raises
+    ------
+    InputError
+        One line: ``$UNREAL_OPEN_STORES`` is set to something other than 0 or 1.
+    """
+    try:
+        return open_stores()
+    except ValueError as exc:  # settings imports nothing from the package: its error becomes a UserError here
+        raise InputError(str(exc)) from None
+
+
+def _no_build(corpus: str) -> str:
+    """The refusal of a build by a closed :class:`Stores` (a public app): how to build the index yourself."""
+    return (f"no index of {corpus} on this server, and it builds none for visitors: build it on your own machine "
+            f"with `python -m unreal_demo index build --corpus {corpus} --out DIR`, then search it with `index "
+            "search --index DIR` or in the app run there (docs/CLI.md)")
+
+
+def _store_key(where: str, only: Where | None = None) -> tuple[str, str, Where | None]:
+    """What an opened store is kept under in :class:`Stores`: an index folder or a Qdrant Edge folder by its
+    resolved path (two spellings of one folder open it once), a Qdrant server by its store string; with the payload
+    filter of a view (None: the store itself)."""
+    if where.startswith(EDGE):
+        return EDGE, str(Path(where[len(EDGE):]).resolve()), only
+    if where.startswith(SERVER):
+        return SERVER, where, only
+    return "index", str(Path(where).resolve()), None
 
 
 def store_filter(source: str = "", title: str = "") -> Where | None:
@@ -708,30 +802,114 @@ def store_info(store: Index | QdrantStore) -> StoreInfo:
 
 @dataclass(frozen=True)
 class Opened:
-    """An opened store (:meth:`Stores.open`, :meth:`Stores.load`): the store, its key among the opened ones, its
-    :class:`StoreInfo`, and the :class:`IndexBuild` when :meth:`Stores.load` built or resumed it."""
+    """An opened store (:meth:`Stores.open`, :meth:`Stores.load`): the store, its key among the opened ones (kind,
+    resolved folder or store string, payload filter), its :class:`StoreInfo`, and the :class:`IndexBuild` when
+    :meth:`Stores.load` built or resumed it."""
 
     store: Index | QdrantStore
-    key: object
+    key: tuple
     info: StoreInfo
     built: IndexBuild | None = None
 
 
 class Stores:
-    """The indexes and Qdrant stores a long-running front end (the Wikipedia tab) has opened, each opened once and
-    shared by every request: a corpus name -> its index (built in the cache, else shipped); (folder or store string,
-    payload filter) -> an index or a Qdrant store. At most ``views`` filtered views of Qdrant stores are kept (each
-    holds its chunks' texts and its own BM25; the oldest is dropped).
+    """The indexes and Qdrant stores a long-running front end (the Wikipedia tab) has opened, shared by every
+    request: a corpus of :data:`CORPORA` -> its index (built in the cache, else shipped); a folder or store string,
+    with a payload filter -> an index, a Qdrant store or a view of one.
 
-    ``open_any`` False (a public app: :func:`settings.open_stores`) refuses any folder, store string or filter
-    (:data:`CLOSED`): only the corpora's own indexes open.
+    Each is kept under its resolved folder (two spellings of one folder open it once) or its server's store string.
+    At most ``size`` are kept, of which at most ``views`` filtered views of Qdrant stores (each holds its chunks'
+    texts and its own BM25): the least recently used is dropped, and a Qdrant store dropped is closed, with its
+    views (an index holds nothing to close).
+
+    No request waits on another store: a lookup or an insertion holds the shared lock for a moment; a store opens,
+    and a corpus's index builds, holding only its own lock, so a build of minutes holds up no other search, and a
+    second request for the same store waits for the first and gets what it opened (or built).
+
+    ``open_any`` False (a public app) refuses any folder, store string or filter (:data:`CLOSED`) and any build
+    (:meth:`load`): only the corpora's indexes already built or shipped open. None (the default) reads
+    :func:`settings.open_stores <unreal_demo.settings.open_stores>` (on unless the app is public).
+
+    Raises
+    ------
+    InputError
+        ``open_any`` None and ``$UNREAL_OPEN_STORES`` set to something other than 0 or 1.
     """
 
-    def __init__(self, loader: Loading, open_any: bool = True, views: int = FILTER_VIEWS) -> None:
-        self.loader, self.open_any, self.views = loader, open_any, views
-        self._open: dict[object, Index | QdrantStore] = {}
-        self._info: dict[object, StoreInfo] = {}
-        self._lock = threading.Lock()  # held while a store opens and for a whole build
+    def __init__(self, loader: Loading, open_any: bool | None = None, views: int = FILTER_VIEWS,
+                 size: int = OPEN_STORES) -> None:
+        open_any = open_any_default() if open_any is None else open_any
+        self.loader, self.open_any, self.views, self.size = loader, open_any, views, max(size, 2)
+        self._open: OrderedDict[tuple, Opened] = OrderedDict()  # least recently used first
+        self._busy: dict[tuple, list] = {}  # key -> [its own lock, requests holding or waiting for it]
+        self._lock = threading.Lock()  # held only to look up, keep or drop a store: never while one opens or builds
+
+    @contextmanager
+    def _alone(self, key: tuple) -> Iterator[None]:
+        """Hold ``key``'s own lock (made on first use, forgotten once no request holds or waits for it)."""
+        with self._lock:
+            entry = self._busy.setdefault(key, [threading.Lock(), 0])
+            entry[1] += 1
+        try:
+            with entry[0]:
+                yield
+        finally:
+            with self._lock:
+                entry[1] -= 1
+                if not entry[1]:
+                    del self._busy[key]
+
+    def building(self, corpus: str) -> bool:
+        """Whether a build of ``corpus``'s index is under way (:meth:`load`)."""
+        with self._lock:
+            return ("build", corpus, None) in self._busy
+
+    def _used(self, key: tuple) -> None:
+        """Mark ``key`` used now, and a view's store with it (a store stays while its views are used); ``_lock``
+        held."""
+        store = (*key[:2], None)
+        if key[2] is not None and store in self._open:
+            self._open.move_to_end(store)
+        self._open.move_to_end(key)
+
+    def _cached(self, key: tuple) -> Opened | None:
+        with self._lock:
+            got = self._open.get(key)
+            if got is not None:
+                self._used(key)
+            return got
+
+    def _get(self, key: tuple, make: Callable[[], Index | QdrantStore]) -> Opened:
+        """The store kept under ``key``, else ``make()``'s, opened outside the shared lock (one request per key at a
+        time: one that waited gets the store the first opened) and kept."""
+        if (got := self._cached(key)) is not None:
+            return got
+        with self._alone(key):
+            if (got := self._cached(key)) is not None:  # opened while this request waited
+                return got
+            store = make()
+            return self._keep(Opened(store, key, store_info(store)))
+
+    def _keep(self, opened: Opened) -> Opened:
+        """Keep ``opened`` as the most recently used; drop the least recently used views over ``views``, then the
+        least recently used stores over ``size`` (a Qdrant store with its views, and closed)."""
+        dropped = []
+        with self._lock:
+            self._open[opened.key] = opened
+            self._used(opened.key)
+            views = [k for k in self._open if k[2] is not None]
+            for k in views[:-self.views]:
+                del self._open[k]
+            while len(self._open) > self.size:
+                key, old = self._open.popitem(last=False)
+                if key[2] is None:  # a store: its views share its shard or connection
+                    for k in [k for k in self._open if k[:2] == key[:2]]:
+                        del self._open[k]
+                    dropped.append(old.store)
+        for store in dropped:
+            if isinstance(store, QdrantStore):
+                store.close()
+        return opened
 
     def open(self, corpus: str, where: str = "", only: Where | None = None) -> Opened:
         """The store to search: ``where`` (an index folder, ``qdrant-edge:DIR`` or ``qdrant:URL``, opened by
@@ -740,10 +918,13 @@ class Stores:
 
         Raises
         ------
+        InputError
+            A corpus not in :data:`CORPORA` (whatever ``where`` says).
         IndexStoreError
-            :data:`CLOSED` (``open_any`` off), nothing to open there, a store string not understood, a server not
-            reached, or a filter asked of an index folder.
+            :data:`CLOSED` (``open_any`` off), nothing to open there (or the corpus's index still being built), a
+            store string not understood, a server not reached, or a filter asked of an index folder.
         """
+        check_corpus(corpus)
         where = (where or "").strip()
         if not self.open_any and (where or only is not None):  # a public app: no visitor's path or URL is opened
             raise IndexStoreError(CLOSED)
@@ -751,47 +932,52 @@ class Stores:
             raise IndexStoreError("the source and title filters apply to a Qdrant store (qdrant-edge:DIR or "
                                   "qdrant:URL), not to an index folder: clear them or open a store")
         explorer = self.loader.get()
-        with self._lock:
-            if not where:
-                key: object = corpus
-                if corpus not in self._open:
-                    self._open[corpus] = Index(explorer.index_folder(corpus))
-            else:
-                key = (where, only)
-                if key not in self._open:
-                    whole = self._open.get((where, None))
-                    if whole is None:  # an Edge shard opens once per process: every filter is a view of it
-                        whole = self._open[(where, None)] = open_store(where)
-                    self._open[key] = whole if only is None else whole.filtered(only)
-                    views = [x for x in self._open if isinstance(x, tuple) and x[1] is not None]
-                    for old in views[:-self.views]:
-                        self._open.pop(old), self._info.pop(old, None)
-            if key not in self._info:
-                self._info[key] = store_info(self._open[key])
-            return Opened(self._open[key], key, self._info[key])
+        if where:
+            whole = _store_key(where)
+            if only is None:
+                return self._get(whole, lambda: open_store(where))
+            # an Edge shard opens once per process: every filter is a view of it
+            return self._get(_store_key(where, only),
+                             lambda: self._get(whole, lambda: open_store(where)).store.filtered(only))
+        folder = explorer.index_folder(corpus)
+        try:
+            return self._get(_store_key(str(folder)), lambda: Index(folder))
+        except IndexStoreError:
+            if self.building(corpus):
+                raise IndexStoreError(f"the index of {corpus} is being built: search it once the build is "
+                                      "done") from None
+            raise
 
     def load(self, corpus: str, where: str = "", only: Where | None = None,
              progress: Callable[[BuildProgress], None] | None = None) -> Opened:
         """:meth:`open`; a corpus's own index that does not open (none yet, or a build stopped half-way) is built
         or resumed in the cache (:func:`store.index.default_folder`) with the settings it was started with
-        (:meth:`Explorer.build_index`), holding every other opening until it is done. A folder or store named by
-        ``where`` is only opened, never built.
+        (:meth:`Explorer.build_index`). The build holds that corpus's own lock only: other stores open and are
+        searched meanwhile, and a second load of the corpus waits for it and gets the index it built (built once).
+        A closed ``Stores`` (``open_any`` False) builds nothing: it refuses in one line that says how to build the
+        index yourself. A folder or store named by ``where`` is only opened, never built.
 
         Raises
         ------
         UserError
-            As :meth:`open`; as :meth:`Explorer.build_index`.
+            As :meth:`open`; :class:`IndexStoreError` for a build refused (``open_any`` off); as
+            :meth:`Explorer.build_index`.
         """
+        check_corpus(corpus)
         if (where or "").strip() or only is not None:
             return self.open(corpus, where, only)
         try:
             return self.open(corpus)
         except IndexStoreError:
-            pass
+            if not self.open_any:  # a public app: no visitor starts a build (up to 80 min of the server's CPU)
+                raise IndexStoreError(_no_build(corpus)) from None
         explorer = self.loader.get()
-        with self._lock:
+        with self._alone(("build", corpus, None)):
+            try:  # built by the load this one waited for (or by another process) meanwhile
+                return self.open(corpus)
+            except IndexStoreError:
+                pass
             built = explorer.build_index(ix.default_folder(explorer, corpus), [corpus], as_started=True,
                                          progress=progress)
-            self._open[corpus] = Index(built.folder)
-            self._info[corpus] = store_info(self._open[corpus])
-            return Opened(self._open[corpus], corpus, self._info[corpus], built)
+            opened = self._get(_store_key(str(built.folder)), lambda: Index(built.folder))
+            return replace(opened, built=built)

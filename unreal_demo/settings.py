@@ -38,8 +38,9 @@ ENVIRONMENT = {
     "XDG_CACHE_HOME": "the cache folder's parent when $UNREAL_CACHE is unset (default ~/.cache)",
     ENCODE_ENV: "encoding dtype (fp32, bf16, fp16); else the CPU's choice (core.cpu.choose); also app.py --dtype",
     SCAN_ENV: "MaxSim scan path on CPU (numkong or torch); else numkong where installed",
-    STORES_ENV: "1: the Wikipedia tab opens any index folder or Qdrant store a visitor names; 0: only its own "
-                "indexes; else 1 unless the app is public (a Space, --share, a --host other than loopback)",
+    STORES_ENV: "1: the Wikipedia tab opens any index folder or Qdrant store a visitor names and builds a corpus's "
+                "index; 0: only its own indexes, shipped or built; else 1 unless the app is public (a Space, "
+                "--share, a --host other than loopback)",
     SPACE_ENV: "set by Hugging Face on a Space: the app is public (see $UNREAL_OPEN_STORES)",
     "UNREAL_MODEL": "app.py --model", "UNREAL_HEAD": "app.py --head", "UNREAL_DEVICE": "app.py --device",
     "GRADIO_SERVER_NAME": "app.py --host (default 127.0.0.1)", "GRADIO_SERVER_PORT": "app.py --port (default 7860)",

@@ -202,8 +202,8 @@ def test_a_public_app_opens_no_visitors_store(explorer, tmp_path, monkeypatch):
     line, and still searches its corpus's own index; the setting reads $UNREAL_OPEN_STORES, then $SPACE_ID."""
     from unreal_demo import settings
     from unreal_demo.data.sources import Passage
+    from unreal_demo.pipeline import CLOSED
     from unreal_demo.store import index as ix
-    from unreal_demo.ui.tabs.wikipedia import CLOSED
 
     for name in (settings.STORES_ENV, settings.SPACE_ENV, "GRADIO_SERVER_NAME"):
         monkeypatch.delenv(name, raising=False)
@@ -351,3 +351,44 @@ def test_a_failed_load_is_reported_not_raised_at_build():
         loader.get(timeout=60)
     assert loader.status().startswith("could not load /no/such/model/folder")
     build_demo(loader)  # the page still builds (it shows the error)
+    demo = build_demo(loader, open_stores=True)
+    demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", server_port=None, quiet=True)
+    try:  # a search says why in one line (the model is needed to open the corpus's index)
+        with pytest.raises(Exception, match="cannot load model") as failed:
+            gradio_client.Client(demo.local_url, verbose=False).predict("who?", 5, "bm25", "new_wiki",
+                                                                       api_name="/search")
+        assert len(str(failed.value).strip().splitlines()) == 1
+    finally:
+        demo.close()
+
+
+def test_bad_stores_setting_is_one_line_and_the_tab_defaults_to_it(explorer, monkeypatch):
+    """build_demo and the Wikipedia tab read settings.open_stores when not told: a bad $UNREAL_OPEN_STORES is one
+    line (a UserError); on a public app the tab's store and filter boxes are hidden."""
+    import gradio as gr
+
+    from unreal_demo import settings
+    from unreal_demo.errors import UserError
+    from unreal_demo.pipeline import Loading
+    from unreal_demo.ui.tabs import wikipedia
+
+    for name in (settings.STORES_ENV, settings.SPACE_ENV, "GRADIO_SERVER_NAME"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv(settings.STORES_ENV, "maybe")
+    with pytest.raises(UserError, match=r"^\$UNREAL_OPEN_STORES is 0 or 1, not 'maybe'$"):
+        build_demo(explorer)
+    monkeypatch.delenv(settings.STORES_ENV)
+    monkeypatch.setenv(settings.SPACE_ENV, "someone/unreal")
+    with gr.Blocks() as demo:
+        wikipedia.build_tab(Loading.of(explorer))
+    box = next(b for b in demo.blocks.values() if getattr(b, "label", None) == "index folder or Qdrant store")
+    rows = []
+    while (box := box.parent) is not None:  # the row that holds it (inside Gradio's form), hidden
+        rows.append(box.visible)
+    assert False in rows
+
+
+def test_intrinsic_chunk_id_must_be_a_number(client):
+    with pytest.raises(Exception, match=r"the answer chunk id must be a whole number \(-1: BM25's top chunk; got "
+                                        "None\\)"):
+        client.predict(DOC, "What is the zebra code?", "separate", "qk_post", None, 1, api_name="/intrinsic")

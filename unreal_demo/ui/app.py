@@ -15,9 +15,8 @@ import time
 
 import gradio as gr
 
-from ..pipeline import Explorer, Loading
+from ..pipeline import Explorer, Loading, open_any_default
 from ..settings import ASSETS
-from ..settings import open_stores as public_default
 from .glossary import glossary_markdown
 from .tabs import about, flops, intrinsic, long_document, topn, wikipedia
 from .wiring import Ready
@@ -35,13 +34,20 @@ INTRO = ("A small language model (frozen, never fine-tuned) picks the few passag
 
 def build_demo(model: Loading | Explorer, open_stores: bool | None = None) -> gr.Blocks:
     """The UNREAL Explorer app; the model and head are shared read-only by every session. ``open_stores``: whether
-    a visitor may open any index folder or Qdrant store in the Wikipedia tab (default
+    a visitor may open any index folder or Qdrant store, and build an index, in the Wikipedia tab (default
     :func:`settings.open_stores <unreal_demo.settings.open_stores>`: yes unless the app is public).
 
     ``demo.warm()`` starts the worked examples in the background (call it once the page serves; each page
-    also starts them when it opens, and they are computed once)."""
+    also starts them when it opens, and they are computed once).
+
+    Raises
+    ------
+    UserError
+        ``open_stores`` None and ``$UNREAL_OPEN_STORES`` set to something other than 0 or 1 (one line, before
+        anything is built).
+    """
     loader = model if isinstance(model, Loading) else Loading.of(model)
-    stores = public_default() if open_stores is None else open_stores
+    stores = open_any_default() if open_stores is None else open_stores
     with gr.Blocks(title="UNREAL Explorer") as demo:
         gr.Markdown(f"# UNREAL Explorer\n{INTRO} Model: `{loader.model}`.", elem_classes=["unreal-header"])
         with gr.Accordion("Symbols: what ℓc, n, q_g, k_p, |C0|, κ, λ … mean", open=False, elem_id="unreal-glossary"):

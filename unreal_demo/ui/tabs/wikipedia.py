@@ -14,7 +14,7 @@ from ...evaluation.longcontext.report import qa_table
 from ...evaluation.qa import BOUNDS
 from ...evaluation.results import head_mismatch, made_by
 from ...pipeline import (
-    CLOSED,  # noqa: F401 (the one-line refusal of a public app, named here as before)
+    CORPORA,
     BuildProgress,
     Explorer,
     IndexStoreError,
@@ -25,7 +25,6 @@ from ...pipeline import (
     check_search,
     names,
     store_filter,
-    unsupported,
 )
 from ...settings import MAX_TOKENS, PRECOMPUTED, TOKENS_PER_S, display_path
 from .. import plots
@@ -34,9 +33,6 @@ from ..evidence import hits_html
 from ..gpu import on_gpu
 from ..wiring import Ready
 
-CORPORA = {"new_wiki": "SQuAD-Shifts New-Wiki paragraphs (1,581)", "squad_dev": "SQuAD v1.1 dev paragraphs (2,067)",
-           "summaries": "Wikipedia lead summaries (10,033)", "enwiki": "full enwiki articles (106)",
-           "all": "all of the above (13,787 passages, 20,354 chunks)"}
 HIT_COLUMNS = ["rank", "title", "score", "BM25 rank", "passage"]
 EXAMPLE_QUERIES = {  # held-out questions whose gold passage is in the index ("all"), and one SQuAD dev question
     "Tesla: year he moved to the US": "In what year did Tesla move to the United States?",
@@ -128,9 +124,17 @@ def ready_corpora(explorer: Explorer) -> list[str]:
     return [name for name in CORPORA if explorer.index_ready(name)]
 
 
-def build_tab(loader: Loading, open_stores: bool = True) -> Ready:
-    """The tab; ``open_stores`` False (a public app: :func:`settings.open_stores <unreal_demo.settings.open_stores>`)
-    hides the store and filter boxes and refuses a folder, store or filter sent to its functions (:data:`CLOSED`)."""
+def build_tab(loader: Loading, open_stores: bool | None = None) -> Ready:
+    """The tab; ``open_stores`` False (a public app) hides the store and filter boxes, refuses a folder, store or
+    filter sent to its functions (:data:`pipeline.CLOSED <unreal_demo.pipeline.CLOSED>`) and builds no index
+    (:class:`pipeline.Stores <unreal_demo.pipeline.Stores>`); None (the default) reads
+    :func:`settings.open_stores <unreal_demo.settings.open_stores>`.
+
+    Raises
+    ------
+    UserError
+        ``open_stores`` None and ``$UNREAL_OPEN_STORES`` set to something other than 0 or 1.
+    """
     stores = Stores(loader, open_any=open_stores)  # each index or Qdrant store opened once, for every visitor
 
     gr.Markdown(HOW_TO_READ, elem_classes=["unreal-howto"])
@@ -146,7 +150,7 @@ def build_tab(loader: Loading, open_stores: bool = True) -> Ready:
             f"{k}: {v}" for k, v in CORPORA.items()))
         load = gr.Button("Build or load index", interactive=False)
         status = gr.Markdown("the indexes ready to search are listed once the model is loaded")
-    with gr.Row(visible=open_stores):
+    with gr.Row(visible=stores.open_any):
         store_box = gr.Textbox(value="", label="index folder or Qdrant store", scale=2,
                                placeholder="empty: the corpus's index",
                                info="an index folder, qdrant-edge:DIR (made by `python -m unreal_demo index export "
@@ -189,9 +193,6 @@ def build_tab(loader: Loading, open_stores: bool = True) -> Ready:
 
     def open_index(name: str, where: str = "", source: str = "", title: str = "",
                    progress=gr.Progress()):  # noqa: B008 (Gradio's idiom)
-        if name not in CORPORA:
-            raise gr.Error(f"unknown corpus {name!r}")
-
         def report(p: BuildProgress) -> None:
             if not p.total:  # the corpus is read; the encoding begins
                 progress(0, desc=f"building: about {p.estimate / 60:.0f} min on 2 CPU cores")
@@ -209,8 +210,6 @@ def build_tab(loader: Loading, open_stores: bool = True) -> Ready:
         return f"built {b.chunks:,} chunks in {b.seconds:.0f} s at `{display_path(b.folder)}`"
 
     def do_search(q: str, k_: float, m: str, name: str = "all", where: str = "", source: str = "", title: str = ""):
-        if name not in CORPORA:  # the dropdown checks it too; a corpus name becomes part of a folder's name
-            raise gr.Error(f"unknown corpus {name!r}")
         try:
             k_ = check_search(q, k_)
         except UserError as exc:
@@ -219,11 +218,11 @@ def build_tab(loader: Loading, open_stores: bool = True) -> Ready:
         try:
             got = stores.open(name, where, only)
         except IndexStoreError as exc:
-            if (where or "").strip() or only is not None:
+            if (where or "").strip() or only is not None or stores.building(name):  # its own message says why
                 raise gr.Error(str(exc)) from None
             raise gr.Error(f"no index for {name} yet: press 'Build or load index' to build it") from None
-        if why := unsupported(got.store, [m]).get(m):
-            raise gr.Error(f"{m} cannot search this store: it needs {why}")
+        except UserError as exc:  # an unknown corpus, the model still loading or failed to load
+            raise gr.Error(str(exc)) from None
         try:  # BM25 beside it: scored once per search
             result = loader.get().search(got.store, q, k_, m, bm25_k=100)
             bm25 = {"hits": result["bm25_hits"]}
