@@ -30,7 +30,7 @@ import torch
 
 from .head import QueryHead
 from .maxsim import maxsim_reference
-from .state_training import BestCheck, recall_from_scores, step_candidates
+from .state_training import BestCheck, descend, dev_row, recall_from_scores, step_candidates
 from .training import info_nce
 
 
@@ -171,15 +171,11 @@ def fit_joint(head: QueryHead, backbone, train: Sequence[TextSet], dev: Sequence
         mined = [hard[i][j] for i, j in picks] if hard is not None else []
         step_cand, positive = step_candidates(pos, mined, len(cand), cfg.sampled)
         q = model(backbone, [train[i].texts[j] for i, j in picks], [train[i].contexts[j] for i, j in picks])
-        loss = info_nce(maxsim_reference(q.float().cpu(), pool[step_cand]), positive, cfg.temperature)  # (B, C)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        running.append(loss.item())
+        s = maxsim_reference(q.float().cpu(), pool[step_cand])  # (B, C)
+        running.append(descend(opt, info_nce(s, positive, cfg.temperature)))
         if step % cfg.dev_every == 0 or step == cfg.steps:
-            row = check(step, sum(running) / len(running)) | {"seconds": round(time.time() - started, 1)}
-            running = []
-            history.append(row)
+            history.append(dev_row(check, step, running, started))
+            row = history[-1]
             if best.see(row, model):
                 model.save(out / "best")  # the best head so far, readable while the run goes on
             tmp = ckpt.with_suffix(".tmp")

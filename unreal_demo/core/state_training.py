@@ -167,6 +167,22 @@ def step_candidates(pos: Sequence[torch.Tensor], mined: Sequence[torch.Tensor], 
     return cand, positive
 
 
+def descend(opt: torch.optim.Optimizer, loss: torch.Tensor) -> float:
+    """One optimiser step on ``loss``; returns its value."""
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    return loss.item()
+
+
+def dev_row(check: Callable[[int, float], dict], step: int, running: list[float], started: float) -> dict:
+    """A dev check's row with the mean training loss since the last one (``running``, then emptied) and the
+    seconds since ``started``."""
+    row = check(step, sum(running) / len(running)) | {"seconds": round(time.time() - started, 1)}
+    running.clear()
+    return row
+
+
 @dataclass
 class BestCheck:
     """Early stopping on dev checks: the best row so far (mean R@1, then mean R@10), its weights, and how many
@@ -241,15 +257,10 @@ def fit_states(head: QueryHead, train: Sequence[StateSet], dev: Sequence[StateSe
         step_cand, positive = step_candidates(pos, [hard[id(src)][i] for src, i in picks] if hard else [],
                                               len(cand), None if cfg.negatives == "pool" else cfg.sampled)
         s = maxsim_reference(model.from_layer_groups(g), pool[step_cand])  # (B, C)
-        loss = info_nce(s, positive, cfg.temperature)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        running.append(loss.item())
+        running.append(descend(opt, info_nce(s, positive, cfg.temperature)))
         if step % cfg.dev_every == 0 or step == cfg.steps:
-            row = check(step, sum(running) / len(running)) | {"seconds": round(time.time() - started, 1)}
-            running = []
-            history.append(row)
+            history.append(dev_row(check, step, running, started))
+            row = history[-1]
             if log is not None:
                 log(row)
             if not best.see(row, model) and best.waited >= cfg.patience:
