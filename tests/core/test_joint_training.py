@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from unreal_demo.core.head import untrained_head
+from unreal_demo.core.head import HeadError, untrained_head
 from unreal_demo.core.joint_training import JointConfig, TextSet, dev_sample, fit_joint
 from unreal_demo.core.maxsim import normalize_chunks
 from unreal_demo.core.state_training import with_adapter
@@ -65,3 +65,30 @@ def test_dev_sample_is_fixed_and_capped():
     d = TextSet("d", [f"q{i}" for i in range(10)], [[] for _ in range(10)], [[i] for i in range(10)])
     (a,), (b,) = dev_sample([d], 4, 0), dev_sample([d], 4, 0)
     assert a == b and len(a.texts) == 4 and all(int(t[1:]) == p[0] for t, p in zip(a.texts, a.positives, strict=True))
+
+
+def test_a_cached_prefix_gives_the_states_of_the_text(tiny):
+    head = _head(tiny)
+    qs = ["where is it?", "a much longer question about the thing that is here?", "why?"]
+    ctx = [["it is in the box."], [], ["because of the rain, which fell all night long."]]
+    kv = head.prefix_cache(tiny, qs, ctx, torch.float32)
+    assert [t.shape[0] for t in kv] == [max(head.config.readout_layers)] * 3 and len({t.shape[3] for t in kv}) == 3
+    direct = head.retrieval_states(tiny, qs, ctx)
+    cached = head.retrieval_states(tiny, qs, ctx, kv)
+    for layer in head.config.readout_layers:
+        assert torch.allclose(direct[layer], cached[layer], atol=1e-5), layer
+    assert torch.allclose(head(tiny, qs, ctx), head(tiny, qs, ctx, head.prefix_cache(tiny, qs, ctx)), atol=5e-3)
+    with pytest.raises(HeadError, match="soft prompt"):  # P is trained: its prefix is never fixed
+        untrained_head(tiny, n_ret=4, n_groups=2, use_prompt=True).prefix_cache(tiny, qs, ctx)
+
+
+def test_training_on_cached_prefixes_equals_training_on_the_text(tiny, tmp_path):
+    train, dev, keys = _data()
+    cfg = dict(steps=2, batch=4, lr_rho=1e-2, lr=1e-2, dev_every=2, sampled=8, dev_per_set=4)
+    for name, dtype in (("text", ""), ("cached", "float32")):
+        fit_joint(_head(tiny), tiny, train, dev, keys, JointConfig(**cfg, prefix_cache=dtype), tmp_path / name)
+    text, cached = (torch.load(tmp_path / f / "checkpoint.pt", weights_only=False) for f in ("text", "cached"))
+    for name, value in text["model"].items():
+        assert torch.allclose(value, cached["model"][name], atol=1e-5), name
+    recalls = [[{k: v for k, v in r.items() if "R@" in k} for r in run["history"]] for run in (text, cached)]
+    assert recalls[0] == recalls[1] and len(recalls[0]) == 2

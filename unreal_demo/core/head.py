@@ -174,33 +174,66 @@ class QueryHead(nn.Module):
         return embeds, mask.to(dev)
 
     def retrieval_states(
-        self, backbone: Backbone, queries: Sequence[str], contexts: Sequence[Sequence[str]]
+        self, backbone: Backbone, queries: Sequence[str], contexts: Sequence[Sequence[str]],
+        prefix_kv: Sequence[torch.Tensor] | None = None,
     ) -> dict[int, torch.Tensor]:
         """Residual states ``LLM_l(x_ret)`` at the R ρ positions, ``(B, R, d)`` per read-out layer.
 
         With P (``use_prompt``), gradients reach P through the whole prefix, so x_ret runs in one
         pass. Without P, nothing before ρ depends on trained parameters: the prefix runs once
         without gradients into a KV cache and only the R ρ tokens are differentiated, ~3x cheaper.
+        ``prefix_kv`` (:meth:`prefix_cache` of these questions) skips the prefix altogether.
         """
         from transformers import DynamicCache
 
         c = self.config
-        prefix, mask = self.build_prefix(backbone, queries, contexts)  # (B, T, d), (B, T)
-        b, dev = prefix.shape[0], prefix.device
+        if prefix_kv is not None and c.use_prompt:
+            raise HeadError("a head with a soft prompt P trains its prefix: it has no fixed prefix cache")
+        if prefix_kv is not None:
+            cache, mask = _cache_from(backbone, prefix_kv)  # the prefix's KV, (B, T) mask
+            dtype = backbone.dtype
+        else:
+            prefix, mask = self.build_prefix(backbone, queries, contexts)  # (B, T, d), (B, T)
+            dtype = prefix.dtype
+        b, dev = mask.shape[0], mask.device
         pos = (mask.cumsum(1) - 1).clamp(min=0)  # (B, T)
-        rho = self.rho.to(dev, prefix.dtype).unsqueeze(0).expand(b, -1, -1)  # (B, R, d)
+        rho = self.rho.to(dev, dtype).unsqueeze(0).expand(b, -1, -1)  # (B, R, d)
         rho_pos = mask.sum(1, keepdim=True) + torch.arange(c.n_ret, device=dev)  # (B, R)
         full_mask = torch.cat([mask, torch.ones(b, c.n_ret, dtype=mask.dtype, device=dev)], 1)
         if c.use_prompt:
             states = run_blocks(backbone, c.readout_layers, inputs_embeds=torch.cat([prefix, rho], 1),
                                 attention_mask=full_mask, position_ids=torch.cat([pos, rho_pos], 1))
             return {layer: h[:, -c.n_ret :] for layer, h in states.items()}
-        cache = DynamicCache(config=backbone.model.config)
-        with torch.no_grad():
-            run_blocks(backbone, [max(c.readout_layers)], inputs_embeds=prefix, attention_mask=mask,
-                       position_ids=pos, cache=cache)
+        if prefix_kv is None:
+            cache = DynamicCache(config=backbone.model.config)
+            with torch.no_grad():
+                run_blocks(backbone, [max(c.readout_layers)], inputs_embeds=prefix, attention_mask=mask,
+                           position_ids=pos, cache=cache)
         return run_blocks(backbone, c.readout_layers, inputs_embeds=rho, attention_mask=full_mask,
                           position_ids=rho_pos, cache=cache)
+
+    @torch.no_grad()
+    def prefix_cache(self, backbone: Backbone, queries: Sequence[str], contexts: Sequence[Sequence[str]],
+                     dtype: torch.dtype = torch.float16) -> list[torch.Tensor]:
+        """Each question's prefix ``[sink, C0(x), x]`` as the keys and values of every block up to the last
+        read-out one, ``(L, 2, H_kv, T_i, d_head)`` per question, in ``dtype`` on the CPU.
+
+        Without P nothing before ρ is trained, so a training loop computes this once per question and
+        :meth:`retrieval_states` (``prefix_kv=``) runs only the R ρ tokens on it: the same states as from the
+        text (up to float rounding in float32; float16 storage rounds the keys and values).
+        """
+        from transformers import DynamicCache
+
+        if self.config.use_prompt:
+            raise HeadError("a head with a soft prompt P trains its prefix: it has no fixed prefix cache")
+        prefix, mask = self.build_prefix(backbone, queries, contexts)  # (B, T, d), (B, T)
+        cache = DynamicCache(config=backbone.model.config)
+        run_blocks(backbone, [max(self.config.readout_layers)], inputs_embeds=prefix, attention_mask=mask,
+                   position_ids=(mask.cumsum(1) - 1).clamp(min=0), cache=cache)
+        kv = torch.stack([torch.stack([cache.layers[i].keys, cache.layers[i].values], 1)
+                          for i in range(max(self.config.readout_layers))])  # (L, B, 2, H_kv, T, d_head)
+        width = mask.shape[1]
+        return [kv[:, b, :, :, width - n :].to("cpu", dtype).clone() for b, n in enumerate(mask.sum(1).tolist())]
 
     def layer_groups(
         self, backbone: Backbone, queries: Sequence[str], contexts: Sequence[Sequence[str]]
@@ -249,11 +282,13 @@ class QueryHead(nn.Module):
         return eye
 
     def forward(
-        self, backbone: Backbone, queries: Sequence[str], contexts: Sequence[Sequence[str]]
+        self, backbone: Backbone, queries: Sequence[str], contexts: Sequence[Sequence[str]],
+        prefix_kv: Sequence[torch.Tensor] | None = None,
     ) -> torch.Tensor:
-        """Query vectors ``(B, G, d)`` (float32) for a batch of questions with their C0 passages."""
+        """Query vectors ``(B, G, d)`` (float32) for a batch of questions with their C0 passages (or their
+        :meth:`prefix_cache`)."""
         c = self.config
-        states = self.retrieval_states(backbone, queries, contexts)
+        states = self.retrieval_states(backbone, queries, contexts, prefix_kv)
         stacked = torch.stack([states[layer].float() for layer in c.readout_layers], 1)  # (B, |α|, R, d)
         q = torch.einsum("l,blrd->brd", self.alpha.to(stacked.device), stacked)  # (B, R, d)
         q = q.reshape(q.shape[0], c.n_groups, c.n_ret // c.n_groups, -1).mean(2)  # (B, G, d)
@@ -284,6 +319,27 @@ class QueryHead(nn.Module):
         except RuntimeError as exc:
             raise HeadError(f"head {path} does not match its config: {str(exc).splitlines()[0]}") from None
         return head
+
+
+def _cache_from(backbone: Backbone, prefix_kv: Sequence[torch.Tensor]):
+    """A ``DynamicCache`` of a batch from :meth:`QueryHead.prefix_cache` tensors, left-padded with zeros to the
+    longest, and its ``(B, T)`` mask (0 on the padding), on the backbone's device and dtype."""
+    from transformers import DynamicCache
+
+    widths = [p.shape[3] for p in prefix_kv]
+    width, dev = max(widths), backbone.device
+    n_layers, _, heads, _, head_dim = prefix_kv[0].shape
+    mask = torch.zeros(len(prefix_kv), width, dtype=torch.long)
+    cache = DynamicCache(config=backbone.model.config)
+    for i, t in enumerate(widths):
+        mask[i, width - t :] = 1
+    for layer in range(n_layers):
+        kv = torch.zeros(2, len(prefix_kv), heads, width, head_dim, dtype=backbone.dtype)  # (2, B, H_kv, T, d_head)
+        for i, p in enumerate(prefix_kv):
+            kv[:, i, :, width - widths[i] :] = p[layer]
+        kv = kv.to(dev)
+        cache.update(kv[0], kv[1], layer)
+    return cache, mask.to(dev)
 
 
 def untrained_head(backbone: Backbone, **overrides) -> QueryHead:

@@ -2,7 +2,9 @@
 
 :mod:`state_training` trains α and the adapter on cached query states, with ρ fixed; here ρ trains too, so every
 step runs the frozen LLM on its questions again (the prefix ``[sink, C0, x]`` without gradients into a KV cache,
-then the R ρ tokens with gradients, :meth:`QueryHead.retrieval_states`). The loss is the multi-positive InfoNCE of
+then the R ρ tokens with gradients, :meth:`QueryHead.retrieval_states`); the prefix never changes while ρ
+trains (no P), so its keys and values are kept per question after its first pass (:class:`PrefixCache`, float16 by
+default) and later passes run the R ρ tokens alone. The loss is the multi-positive InfoNCE of
 Eq. 6 over fixed chunk keys; the candidates of a step are the batch's positives, each question's ``mined`` best
 wrong chunks under the starting head (found once, from cached states) and ``sampled`` random chunks of the pool —
 :func:`state_training.fit_states`'s ``"mined"`` negatives. Every ``dev_every`` steps the dev sample's query vectors
@@ -50,6 +52,7 @@ class JointConfig:
     dev_per_set: int = 60  # questions per dev set in the checks (the final evaluation uses every dev question)
     patience: int = 4
     seed: int = 0
+    prefix_cache: str = "float16"  # keep each question's prefix KV in this dtype after its first pass ("": never)
 
 
 @dataclass
@@ -67,12 +70,36 @@ def param_groups_lr(cfg: JointConfig) -> dict[str, float]:
     return {"rho": cfg.lr_rho, "alpha": cfg.lr, "adapter": cfg.lr}
 
 
-@torch.no_grad()
+class PrefixCache:
+    """Each question's prefix KV (:meth:`QueryHead.prefix_cache`), computed on its first use and kept: while ρ
+    trains the prefix ``[sink, C0, x]`` never changes (no P), so later passes run only the R ρ tokens.
+    ``dtype`` None keeps nothing (every pass runs the prefix)."""
+
+    def __init__(self, backbone, dtype: torch.dtype | None) -> None:
+        self.backbone, self.dtype, self.kv = backbone, dtype, {}
+
+    def __call__(self, head: QueryHead, sets: Sequence[TextSet], picks: Sequence[tuple[int, int]]
+                 ) -> list[torch.Tensor] | None:
+        """The prefix KV of questions ``picks`` ((set, question) pairs), or None when nothing is kept."""
+        if self.dtype is None:
+            return None
+        missing = [p for p in dict.fromkeys(picks) if (id(sets[p[0]]), p[1]) not in self.kv]
+        for s in range(0, len(missing), 16):
+            part = missing[s : s + 16]
+            kv = head.prefix_cache(self.backbone, [sets[i].texts[j] for i, j in part],
+                                   [sets[i].contexts[j] for i, j in part], self.dtype)
+            self.kv |= {(id(sets[i]), j): t for (i, j), t in zip(part, kv, strict=True)}
+        return [self.kv[(id(sets[i]), j)] for i, j in picks]
+
+
 def query_vectors(head: QueryHead, backbone, texts: Sequence[str], contexts: Sequence[Sequence[str]],
-                  batch: int = 16) -> torch.Tensor:
-    """Query vectors ``(N, G, d)`` of ``texts`` through the LLM (no gradients)."""
-    return torch.cat([head(backbone, texts[s : s + batch], contexts[s : s + batch]).float().cpu()
-                      for s in range(0, len(texts), batch)])
+                  batch: int = 16, prefixes: Callable[[Sequence[int]], list | None] | None = None) -> torch.Tensor:
+    """Query vectors ``(N, G, d)`` of ``texts`` through the LLM (no gradients); ``prefixes`` gives the prefix KV
+    of question indices (a :class:`PrefixCache` bound to their set) or None."""
+    with torch.no_grad():
+        return torch.cat([head(backbone, texts[s : s + batch], contexts[s : s + batch],
+                               prefixes(range(s, min(s + batch, len(texts)))) if prefixes else None).float().cpu()
+                          for s in range(0, len(texts), batch)])
 
 
 def dev_sample(dev: Sequence[TextSet], n: int, seed: int) -> list[TextSet]:
@@ -132,12 +159,15 @@ def fit_joint(head: QueryHead, backbone, train: Sequence[TextSet], dev: Sequence
     where[cand] = torch.arange(len(cand))
     sets = [i for i, s in enumerate(train) if s.positives]
     checks = dev_sample(dev, cfg.dev_per_set, cfg.seed)
+    prefix = PrefixCache(backbone, getattr(torch, cfg.prefix_cache) if cfg.prefix_cache else None)
 
     def check(step: int, loss: float) -> dict:
         row = {"step": step, "loss": round(loss, 4)}
         model.eval()
         for d in checks:
-            s = maxsim_reference(query_vectors(model, backbone, d.texts, d.contexts), keys)  # (N, P)
+            q = query_vectors(model, backbone, d.texts, d.contexts,
+                              prefixes=lambda ids, d=d: prefix(model, [d], [(0, i) for i in ids]))
+            s = maxsim_reference(q, keys)  # (N, P)
             row |= {f"{d.name} {k}": v for k, v in recall_from_scores(s, d.positives).items()}
         model.train()
         row["mean R@1"] = round(sum(row[f"{d.name} R@1"] for d in checks) / max(1, len(checks)), 4)
@@ -170,7 +200,8 @@ def fit_joint(head: QueryHead, backbone, train: Sequence[TextSet], dev: Sequence
         pos = [where[torch.tensor(train[i].positives[j])] for i, j in picks]  # pool positions (−1: not one)
         mined = [hard[i][j] for i, j in picks] if hard is not None else []
         step_cand, positive = step_candidates(pos, mined, len(cand), cfg.sampled)
-        q = model(backbone, [train[i].texts[j] for i, j in picks], [train[i].contexts[j] for i, j in picks])
+        q = model(backbone, [train[i].texts[j] for i, j in picks], [train[i].contexts[j] for i, j in picks],
+                  prefix(model, train, picks))
         s = maxsim_reference(q.float().cpu(), pool[step_cand])  # (B, C)
         running.append(descend(opt, info_nce(s, positive, cfg.temperature)))
         if step % cfg.dev_every == 0 or step == cfg.steps:
