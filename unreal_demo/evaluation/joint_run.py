@@ -41,7 +41,7 @@ def run_joint(head_path: str, cfg: JointConfig, out: str | None = None, save: st
               log=print) -> dict:
     """Train (or resume) the joint fine-tune from ``head_path`` and score it; the best head so far sits in the run
     folder (``<cache>/joint_runs/…/best``) while it trains; ``save`` receives the best head with its fusion weight
-    refitted on dev, ``out`` the result JSON."""
+    refitted on dev (none when no dev check beat step 0), ``out`` the result JSON."""
     from ..pipeline import Explorer
     from ..store.index import Index, shipped_folder
 
@@ -87,7 +87,7 @@ def run_joint(head_path: str, cfg: JointConfig, out: str | None = None, save: st
               "train sets": {t.name: len(t.texts) for t in train_t}, "dev sets": {t.name: len(t.texts) for t in dev_t},
               "new_wiki test": len(test.texts), "rows": rows, "markdown": grid_markdown(rows)}
     result = write_result(result | {"cpu": status_line()}, out, explorer)  # with its provenance
-    if save:
+    if save and best["step"] > 0:  # a run whose best check is step 0 changed nothing: no head is written
         model.config.fusion_weight = fit_fusion_on_dev(model, index, devs, new_dev, keys, usable)
         model.config.provenance = head.config.provenance | {"joint": asdict(cfg), "joint_row": rows[1] | {"log": []}}
         model.save(save)
