@@ -15,10 +15,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import time
 from pathlib import Path
 
 import torch
+from maxsim import best_of  # a sibling benchmark script (its folder is on sys.path)
 
 from unreal_demo.core.cpu import status_line
 from unreal_demo.evaluation.adapter_run import cached_sets
@@ -27,15 +27,6 @@ from unreal_demo.settings import PRECOMPUTED, cache_dir
 from unreal_demo.store.index import Index, shipped_folder
 
 HEAD = PRECOMPUTED / "heads" / "smollm2-135m-mix-adapter" / "head.json"
-
-
-def best(fn, repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return min(times)
 
 
 def main() -> None:
@@ -60,9 +51,9 @@ def main() -> None:
         return q.detach()
 
     kv = head.prefix_cache(backbone, texts, contexts)
-    text_s, prefix_s, cached_s = (best(step, args.repeats),
-                                  best(lambda: head.prefix_cache(backbone, texts, contexts), args.repeats),
-                                  best(lambda: step(kv), args.repeats))
+    text_s, prefix_s, cached_s = (best_of(step, args.repeats),
+                                  best_of(lambda: head.prefix_cache(backbone, texts, contexts), args.repeats),
+                                  best_of(lambda: step(kv), args.repeats))
     diff = (step() - step(kv)).abs().max().item()
     result = {"command": f"python benchmarks/joint_step.py --batch {args.batch} --repeats {args.repeats} "
                          f"--threads {args.threads}",

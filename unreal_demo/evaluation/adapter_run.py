@@ -309,10 +309,13 @@ def run(head_path: str, n_context: int | None = None, labels: list[str] | None =
     keys, usable, train_mask = pool_of(index)
     train_s += cleaner(index, usable, trains, train_s, depth=3)
     d = head.config.hidden_size
-    variants = [Variant(label, sources, StateTrainConfig(**({"steps": steps} | {k: v for k, v in o.items()
-                                                                               if k != "centre"} | (
-        {"rank": d} if o.get("rank") == -1 else {}))), o.get("centre", False)) for label, (sources, o) in GRID.items()
-        if labels is None or label in labels]
+    variants = []
+    for label, (sources, overrides) in GRID.items():
+        if labels is None or label in labels:
+            settings = {"steps": steps} | {k: v for k, v in overrides.items() if k != "centre"}
+            if settings.get("rank") == -1:  # the full d × d map
+                settings["rank"] = d
+            variants.append(Variant(label, sources, StateTrainConfig(**settings), overrides.get("centre", False)))
     centred = centred_keys(index)[0] if any(v.centre for v in variants) else None
     rows, heads = run_variants(head, train_s, dev_s, test_s, keys, usable, train_mask, variants, centred=centred,
                                keep=cache_dir() / "adapter_variants")

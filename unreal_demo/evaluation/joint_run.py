@@ -22,6 +22,7 @@ from ..core.joint_training import JointConfig, TextSet, fit_joint
 from ..core.state_training import StateSet, mine
 from ..settings import cache_dir, display_path
 from .adapter_run import (
+    NATURAL_SETS,
     cache_sets,
     cached_sets,
     clean_ids,
@@ -63,10 +64,11 @@ def run_joint(head_path: str, cfg: JointConfig, out: str | None = None, save: st
 
     train_t, hard = [], []
     for q, c in zip(trains, train_s, strict=True):
-        keep = clean_ids(index, usable, q, DEPTH) if q.name != "squad" else list(range(len(q.texts)))
-        name = f"{q.name}@{DEPTH}" if q.name != "squad" else q.name
+        natural = q.name in NATURAL_SETS  # cleaner()'s rule: natural sets keep their cleaner positives only
+        keep = clean_ids(index, usable, q, DEPTH) if natural else list(range(len(q.texts)))
+        name = f"{q.name}@{DEPTH}" if natural else q.name
         train_t.append(texts(q, keep, name))
-        hard.append(mine(head, StateSet(name, c.groups[keep], []), pool, 32))
+        hard.append(mine(head, StateSet(name, c.groups[keep], []), pool, cfg.mined))
     dev_t = [texts(q, list(range(len(q.texts))), q.name) for q in devs]
     settings = hashlib.sha1(json.dumps(asdict(cfg) | {"steps": None}, sort_keys=True).encode()).hexdigest()[:8]
     run_folder = cache_dir() / "joint_runs" / f"{head.digest()[:12]}-{settings}"  # more --steps resume the run
