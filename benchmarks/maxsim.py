@@ -15,6 +15,11 @@ GMAC/s and the fraction of its measured fp32 matmul peak, and whether its top-10
 - ``numkong`` — numkong's dot kernels over the fp16 keys as stored, the query rounded to fp16, worker threads
   over blocks (``path="numkong"``); ``ours`` adds what :meth:`Index.maxsim_topk` adds to it: top-(10 + 32),
   fp32 re-scoring of those candidates and the exactness check;
+- ``numba`` — the compiled kernel of ``core/maxsim_numba.py`` over the keys as stored (each fp16 key converted
+  in registers and multiplied with four query vectors at once, fp32 sums, no re-scoring needed), worker threads
+  over blocks (``path="numba"``, the default where numba is installed), on 2 threads and 1; ``numba int8 keys``
+  — the same kernel over the int8 codec of the keys (per-vector scale; exact over those keys, so its top-10 is
+  that of the int8 keys, compared here with the fp16 reference);
 - peers: ``einsum`` (one fp32 einsum, ≤ 200K chunks), ``simsimd`` (``cdist`` dot over fp16, its threads),
   ``maxsim-cpu`` (fp32 keys, rayon threads; ≤ 100K chunks: it needs an fp32 copy), ``torch fp32 keys`` and
   ``torch bf16 keys`` (another copy of the keys; ≤ 100K), ``int8 _int_mm`` (int8 keys and query, torch's int8
@@ -41,7 +46,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from unreal_demo.core.cpu import cpu_info, numkong_available, status_line
+from unreal_demo.core.codec import quantize_int8
+from unreal_demo.core.cpu import cpu_info, numba_available, numkong_available, status_line
 from unreal_demo.core.maxsim import inverse_norms, maxsim, maxsim_reference, normalize_chunks, scan_error_bound
 from unreal_demo.settings import PRECOMPUTED
 from unreal_demo.store.index import RESCORE, Index
@@ -152,6 +158,14 @@ def paths(k: torch.Tensor, threads: int) -> dict[str, Run]:
     out["numkong"] = (lambda q: lambda: maxsim(q, k, path="numkong", threads=threads), fp16, threads)
     out["numkong 1 thread"] = (lambda q: lambda: maxsim(q, k, path="numkong"), fp16, 1)
     out["ours (numkong + re-scoring)"] = (lambda q: lambda: ours(q, k, threads, max_norm), fp16, threads)
+    if numba_available():
+        out["numba (ours, fp16 keys as stored)"] = (lambda q: lambda: maxsim(q, k, path="numba", threads=threads),
+                                                    fp16, threads)
+        out["numba 1 thread"] = (lambda q: lambda: maxsim(q, k, path="numba"), fp16, 1)
+        ki, ks = int8_keys(k)
+        out["numba int8 keys (exact over the int8 codec)"] = (
+            lambda q: lambda: maxsim(q, ki, scale=ks, path="numba", threads=threads), ki.numel() + ks.numel() * 2,
+            threads)
     try:
         import simsimd
 
@@ -185,6 +199,15 @@ def paths(k: torch.Tensor, threads: int) -> dict[str, Run]:
         except ImportError:
             print("qdrant-edge-py not installed: left out")
     return out
+
+
+def int8_keys(k: torch.Tensor, step: int = 50_000) -> tuple[torch.Tensor, torch.Tensor]:
+    """The index's int8 codec of fp16 keys ``(M, L_p, d)`` (per-vector scale), quantised a slice at a time."""
+    ki, ks = torch.empty(k.shape, dtype=torch.int8), torch.empty(k.shape[:2], dtype=torch.float16)
+    for s in range(0, len(k), step):
+        a, b = quantize_int8(k[s : s + step].float().numpy())
+        ki[s : s + step], ks[s : s + step] = torch.from_numpy(a), torch.from_numpy(b)
+    return ki, ks
 
 
 def bf16_scan(q: torch.Tensor, kb: torch.Tensor, block: int = 256) -> torch.Tensor:
@@ -315,13 +338,14 @@ def index_row(folder: Path, queries: int = 20) -> dict:
     keys = normalize_chunks(ix.chunk_vectors(range(len(ix))))
     ref = maxsim_reference(q, keys).topk(TOP).indices
     row = {"index": folder.name, "codec": ix.manifest["dtype"], "chunks": len(ix), "queries": queries, "paths": {}}
-    for path in ("torch", "numkong"):
+    for path in ("torch", "numkong", "numba"):
         seconds = [best_of(lambda i=i, path=path: ix.maxsim_topk(q[i : i + 1], TOP, path=path)) for i in range(queries)]
         same = torch.equal(ix.maxsim_topk(q, TOP, path=path)[1], ref)
         row["paths"][path] = {"median_s": statistics.median(seconds), "top10_equals_reference": same}
         print(f"index {folder.name} ({len(ix)} chunks, {row['codec']} decoded) {path:8s} "
               f"{statistics.median(seconds) * 1e3:7.1f} ms per query, top-10 = reference: {same}", flush=True)
     row["speedup_numkong_over_torch"] = row["paths"]["torch"]["median_s"] / row["paths"]["numkong"]["median_s"]
+    row["speedup_numba_over_numkong"] = row["paths"]["numkong"]["median_s"] / row["paths"]["numba"]["median_s"]
     return row
 
 

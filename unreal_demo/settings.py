@@ -37,7 +37,7 @@ ENVIRONMENT = {
     CACHE_ENV: "the cache folder (models, data sets, encodings, indexes); else $XDG_CACHE_HOME/unreal",
     "XDG_CACHE_HOME": "the cache folder's parent when $UNREAL_CACHE is unset (default ~/.cache)",
     ENCODE_ENV: "encoding dtype (fp32, bf16, fp16); else the CPU's choice (core.cpu.choose); also app.py --dtype",
-    SCAN_ENV: "MaxSim scan path on CPU (numkong or torch); else numkong where installed",
+    SCAN_ENV: "MaxSim scan path on CPU (numba, numkong or torch); else the first installed",
     STORES_ENV: "1: the Wikipedia tab opens any index folder or Qdrant store a visitor names and builds a corpus's "
                 "index; 0: only its own indexes, shipped or built; else 1 unless the app is public (a Space, "
                 "--share, a --host other than loopback)",

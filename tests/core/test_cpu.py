@@ -46,7 +46,14 @@ def test_overrides_and_fallbacks(monkeypatch):
     assert cpu.choose(EPYC, dtype="fp16", fidelity={}).encode == "fp16"  # --dtype wins over the variable
     monkeypatch.setenv(SCAN_ENV, "numkong")
     monkeypatch.setattr(cpu, "numkong_available", lambda: False)  # a machine without the package
-    assert cpu.choose(EPYC, fidelity={}).scan == "torch"
+    assert cpu.choose(EPYC, fidelity={}).scan in ("numba", "torch")  # the first installed path
+    monkeypatch.setattr(cpu, "numba_available", lambda: False)
+    choice = cpu.choose(EPYC, fidelity={})
+    assert choice.scan == "torch" and "numkong not installed, scanning with torch" in choice.why
+    monkeypatch.delenv(SCAN_ENV)
+    assert cpu.choose(EPYC, fidelity={}).scan == "torch"  # nothing but torch installed
+    monkeypatch.setattr(cpu, "numba_available", lambda: True)
+    assert cpu.choose(EPYC, fidelity={}).scan == "numba"  # the preferred path where it imports
     with pytest.raises(ValueError, match="unknown scan path"):
         cpu.choose(EPYC, scan="amx", fidelity={})
 

@@ -55,7 +55,8 @@ class TestMaxSim:
 
 class TestScanPaths:
     """The numkong path (fp16 keys as stored, query rounded to fp16) stays within its stated bound of the
-    fp32 reference; threads over blocks change nothing; without numkong (or for int8 keys) the torch path runs."""
+    fp32 reference; the numba path equals it within fp32 rounding for fp16, int8 and fp32 keys; threads over
+    blocks change nothing; without the package (or for int8 keys on numkong) the torch path runs."""
 
     def test_numkong_within_its_bound(self):
         pytest.importorskip("numkong")
@@ -91,6 +92,41 @@ class TestScanPaths:
         assert torch.equal(maxsim(q, qi, 64, scale=scale, path="numkong"), maxsim(q, qi, 64, scale=scale))
         monkeypatch.setattr(maxsim_module, "_numkong", lambda: None)  # a machine without the package
         assert torch.equal(maxsim(q, k.half(), 64, True, path="numkong"), maxsim(q, k.half(), 64, True))
+
+    @pytest.mark.parametrize("dtype", [torch.float16, torch.int8, torch.float32])
+    @pytest.mark.parametrize("groups", [1, 4, 5])  # G padded to a multiple of 4 with zero vectors
+    def test_numba_equals_the_reference(self, dtype, groups):
+        """The compiled kernel over the keys as stored: fp32 sums, no query rounding, so within fp32 rounding
+        of the reference over the same keys (int8 with its per-vector scale, or normalised)."""
+        pytest.importorskip("numba")
+        from unreal_demo.core.codec import quantize_int8
+
+        torch.manual_seed(8)
+        q, kf = torch.randn(3, groups, 40), torch.randn(777, 7, 40) * torch.rand(777, 7, 1) * 3
+        scale = None
+        if dtype == torch.int8:
+            k, scale = (torch.from_numpy(a) for a in quantize_int8(kf.numpy()))
+            stored = k.float() * scale.float()[..., None]
+        else:
+            k = kf.to(dtype)
+            stored = k.float()
+        for normalize in (False, True):
+            keys = torch.nn.functional.normalize(stored, dim=-1) if normalize else stored
+            ref = maxsim_reference(q, keys)
+            got = maxsim(q, k, 100, normalize, scale, path="numba", threads=2)  # ragged last block
+            assert got.dtype == torch.float32 and got.shape == ref.shape == (3, 777)
+            assert torch.allclose(got, ref, rtol=1e-5, atol=1e-4 * float(ref.abs().max()))
+            assert torch.equal(got.topk(10).indices, ref.topk(10).indices)
+
+    def test_numba_on_a_single_query_and_without_the_package(self, monkeypatch):
+        pytest.importorskip("numba")
+        torch.manual_seed(9)
+        q, k = torch.randn(4, 16), torch.randn(50, 3, 16).half()  # (G, d): one query
+        assert maxsim(q, k, path="numba").shape == (50,)
+        assert torch.allclose(maxsim(q, k, path="numba"), maxsim_reference(q[None], k.float())[0], atol=1e-4)
+        assert maxsim(q, k[:0], path="numba").shape == (0,)
+        monkeypatch.setattr(maxsim_module, "_numba", lambda: None)  # a machine without the package
+        assert torch.equal(maxsim(q, k, 16, path="numba"), maxsim(q, k, 16))
 
 
 def test_sparse_token_matching_against_a_loop():

@@ -320,14 +320,15 @@ def spy_paths(monkeypatch) -> list[str]:
 
 @pytest.mark.parametrize("normalize", [True, False])
 def test_every_scan_path_gives_the_reference_top_k(tmp_path, normalize):
-    """numkong (query rounded to fp16, candidates re-scored in fp32) and torch return the ids of the fp32
-    reference and its scores; the same with the CPU's choice forced to torch through $UNREAL_SCAN."""
+    """numkong (query rounded to fp16, candidates re-scored in fp32), numba and torch return the ids of the fp32
+    reference and its scores."""
     pytest.importorskip("numkong")
+    pytest.importorskip("numba")
     ix = random_index(tmp_path / "ix", 2500, 1000)
     q = torch.randn(6, 4, 48)
     keys = ix.chunk_vectors(range(len(ix)))
     ref_s, ref_i = maxsim_reference(q, normalize_chunks(keys) if normalize else keys).topk(10, dim=1)
-    for path in ("numkong", "torch"):
+    for path in ("numba", "numkong", "torch"):
         scores, ids = ix.maxsim_topk(q, 10, normalize, path=path)
         assert torch.equal(ids, ref_i) and torch.allclose(scores, ref_s, rtol=1e-5, atol=1e-5), path
 
@@ -367,12 +368,18 @@ def test_a_deep_top_k_is_scanned_by_torch_not_re_scored(tmp_path, monkeypatch):
 
 
 def test_the_scan_follows_the_cpu_choice(tmp_path, monkeypatch):
-    """$UNREAL_SCAN (or numkong missing) picks the path every shard is scanned with."""
+    """$UNREAL_SCAN (or its package missing) picks the path every shard is scanned with."""
     ix = random_index(tmp_path / "ix", 300, 100)
     paths = spy_paths(monkeypatch)
     monkeypatch.setenv("UNREAL_SCAN", "torch")
     ix.maxsim_topk(torch.randn(1, 4, 48), 5)
     monkeypatch.setenv("UNREAL_SCAN", "numkong")
     monkeypatch.setattr("unreal_demo.core.cpu.numkong_available", lambda: False)
+    monkeypatch.setattr("unreal_demo.core.cpu.numba_available", lambda: False)
     ix.maxsim_topk(torch.randn(1, 4, 48), 5)
     assert paths == ["torch"] * 6
+    paths.clear()
+    monkeypatch.setattr("unreal_demo.core.cpu.numba_available", lambda: True)
+    monkeypatch.setenv("UNREAL_SCAN", "numba")
+    ix.maxsim_topk(torch.randn(1, 4, 48), 5)
+    assert paths == ["numba"] * 3

@@ -8,14 +8,16 @@ whose accuracy is measured:
 - **encoding dtype**: fp32, except bf16 where the CPU has bf16 units (AMX-BF16 or AVX-512-BF16) *and* the
   key-fidelity check of ``benchmarks/encode_fidelity.py`` passed for bf16 (recorded in
   ``precomputed/encode_fidelity.json``). Without the units bf16 is emulated and ~5x slower than fp32 (AVX2).
-- **scan path**: ``numkong`` (its runtime-dispatched fp16 dot-product kernels over the stored keys, the query
-  rounded to fp16, then an exact fp32 re-scoring of the candidates in :meth:`Index.maxsim_topk
-  <unreal_demo.store.index.Index.maxsim_topk>`) where the package imports, else ``torch`` (fp16 keys converted
-  to fp32 block by block, one GEMM per block); ``benchmarks/maxsim.py`` measures both.
+- **scan path**: ``numba`` (one kernel compiled by LLVM for this CPU over the keys as stored, fp16 / int8 / fp32,
+  fp32 sums: :mod:`maxsim_numba`) where the package imports; else ``numkong`` (its runtime-dispatched fp16
+  dot-product kernels over the stored keys, the query rounded to fp16, then an exact fp32 re-scoring of the
+  candidates in :meth:`Index.maxsim_topk <unreal_demo.store.index.Index.maxsim_topk>`); else ``torch`` (keys
+  converted to fp32 block by block, one GEMM per block); ``benchmarks/maxsim.py`` measures all three.
 
 Both are overridden by ``$UNREAL_DTYPE`` (the same values as ``--dtype``, which wins over it) and
-``$UNREAL_SCAN`` (``numkong`` | ``torch``). :func:`status_line` is the one-line summary printed in the app's status
-line and recorded in every benchmark result, e.g. ``"AMD EPYC · AVX2 · scan fp16 via numkong, encode fp32"``.
+``$UNREAL_SCAN`` (``numba`` | ``numkong`` | ``torch``). :func:`status_line` is the one-line summary printed in the
+app's status line and recorded in every benchmark result, e.g. ``"AMD EPYC · AVX2 · scan fp16 via numba, encode
+fp32"``.
 
 Example
 -------
@@ -37,7 +39,7 @@ from pathlib import Path
 
 from ..settings import ENCODE_ENV, PRECOMPUTED, SCAN_ENV, env
 
-SCANS = ("numkong", "torch")
+SCANS = ("numba", "numkong", "torch")  # in order of preference (benchmarks/maxsim.py)
 FIDELITY_FILE = PRECOMPUTED / "encode_fidelity.json"
 _AVX512 = {"avx512_bf16": "BF16", "avx512_fp16": "FP16", "avx512_vnni": "VNNI"}
 _AMX = {"amx_bf16": "BF16", "amx_int8": "INT8"}
@@ -105,18 +107,28 @@ def numkong_available() -> bool:
     return importlib.util.find_spec("numkong") is not None
 
 
+def numba_available() -> bool:
+    """Whether the ``numba`` package (the compiled scan kernel of :mod:`maxsim_numba`) is installed."""
+    return importlib.util.find_spec("numba") is not None
+
+
+def installed(scan: str) -> bool:
+    """Whether the package behind scan path ``scan`` imports here (torch always does)."""
+    return {"numba": numba_available, "numkong": numkong_available}.get(scan, lambda: True)()
+
+
 @dataclass(frozen=True)
 class Choice:
     """The paths picked for a CPU, and why."""
 
     cpu: CPUInfo
     encode: str  # "fp32" | "bf16" | "fp16"
-    scan: str  # "numkong" | "torch"
+    scan: str  # "numba" | "numkong" | "torch"
     why: str
 
     def line(self) -> str:
         """One line for the status bar and benchmark records."""
-        keys = "fp16" if self.scan == "numkong" else "fp32"
+        keys = "fp32" if self.scan == "torch" else "fp16"
         return f"{self.cpu.model} · {self.cpu.units} · scan {keys} via {self.scan}, encode {self.encode}"
 
 
@@ -128,7 +140,7 @@ def choose(cpu: CPUInfo | None = None, dtype: str | None = None, scan: str | Non
     ----------
     cpu : the CPU to choose for (simulate another machine by passing its flags).
     dtype : encoding dtype override (``--dtype``); else ``$UNREAL_DTYPE``; else the rule in the module docstring.
-    scan : scan path override; else ``$UNREAL_SCAN``; else ``numkong`` where installed, ``torch`` otherwise.
+    scan : scan path override; else ``$UNREAL_SCAN``; else the first of :data:`SCANS` that is installed.
     fidelity : per dtype, whether its key-fidelity check passed (default: :func:`recorded_fidelity`).
 
     Raises
@@ -147,15 +159,16 @@ def choose(cpu: CPUInfo | None = None, dtype: str | None = None, scan: str | Non
         encode, why = "fp32", "bf16 units present but no passing bf16 key-fidelity check recorded"
     else:
         encode, why = "fp32", "no bf16 units (bf16 would be emulated, ~5x slower than fp32)"
-    scan = scan or env(SCAN_ENV) or ("numkong" if numkong_available() else "torch")
+    scan = scan or env(SCAN_ENV) or next(s for s in SCANS if installed(s))
     if scan not in SCANS:
         raise ValueError(f"unknown scan path {scan!r}; use one of {SCANS}")
-    if scan == "numkong" and not numkong_available():
-        scan, why = "torch", why + "; numkong not installed, scanning with torch"
+    if not installed(scan):
+        fallback = next(s for s in SCANS if installed(s))
+        scan, why = fallback, why + f"; {scan} not installed, scanning with {fallback}"
     return Choice(cpu, encode, scan, why)
 
 
 def status_line() -> str:
     """This machine's CPU and the chosen paths in one line (for the app's status line), e.g.
-    ``"AMD EPYC · AVX2 · scan fp16 via numkong, encode fp32"``."""
+    ``"AMD EPYC · AVX2 · scan fp16 via numba, encode fp32"``."""
     return choose().line()

@@ -3,7 +3,8 @@
 Exact implementations: :func:`maxsim_reference` (one einsum, for tests and
 small inputs) and :func:`maxsim` (blocked over chunks, so the similarity tensor
 never exceeds one block, with fp16 storage converted block by block; threads over
-blocks). On a CPU :func:`maxsim` has two paths (:mod:`cpu` picks one): ``torch``
+blocks). On a CPU :func:`maxsim` has three paths (:mod:`cpu` picks one): ``numba`` (one compiled
+kernel over the keys as stored, fp32 accumulation, :mod:`maxsim_numba`), ``torch``
 (each block converted to fp32, one GEMM) and ``numkong`` (SIMD dot products over the
 fp16 keys as stored, the query rounded to fp16; :func:`scan_error_bound` bounds the
 difference, which the index's top-k re-scoring removes). On CUDA
@@ -36,7 +37,7 @@ def maxsim_reference(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
     return sim.max(-1).values.sum(-1)
 
 
-BLOCKS = {"torch": 128, "numkong": 1024}  # chunks per block of each scan path (benchmarks/maxsim.py)
+BLOCKS = {"torch": 128, "numkong": 1024, "numba": 2048}  # chunks per block of each scan path (benchmarks/maxsim.py)
 _POOLS: dict[int, ThreadPoolExecutor] = {}
 
 
@@ -58,7 +59,10 @@ def maxsim(q: torch.Tensor, k: torch.Tensor, block: int | None = None, normalize
     scale : ``(M, L_p)`` per-vector scales of an int8 store (``k ≈ k_int8 · scale``).
     inv_norm : ``(M, L_p)`` precomputed 1/‖k‖ of the vectors as stored (used when ``normalize``;
         computed per block otherwise).
-    path : ``"torch"``: each block converted to fp32, one GEMM ``(B·G, d) × (d, m_b·L_p)``. ``"numkong"``
+    path : ``"numba"`` (fp16/int8/fp32 keys on CPU, with ``numba`` installed; else the torch path): one
+        compiled kernel reads each stored key once for four query vectors and accumulates in fp32
+        (:mod:`maxsim_numba`), exact as the torch path is. ``"torch"``: each block converted to fp32, one
+        GEMM ``(B·G, d) × (d, m_b·L_p)``. ``"numkong"``
         (fp16/fp32 keys without ``scale``, on CPU; else the torch path): numkong's runtime-dispatched dot
         kernels read the stored keys as they are, against the query rounded to the keys' dtype — for fp16
         keys each score is then off by at most :func:`scan_error_bound`, which :meth:`Index.maxsim_topk
@@ -75,17 +79,31 @@ def maxsim(q: torch.Tensor, k: torch.Tensor, block: int | None = None, normalize
         norms = (inv_norm if inv_norm is not None else inverse_norms(k)) if normalize else None
         out = _triton().maxsim_scores(q.to(k.device), k, norms)
         return out[0] if single else out
-    fast = (path == "numkong" and scale is None and not k.is_cuda and k.dtype in (torch.float16, torch.float32)
-            and _numkong() is not None)
-    block = block or BLOCKS["numkong" if fast else "torch"]
-    if fast and normalize and inv_norm is None:
+    if path == "numba" and (k.is_cuda or k.dtype not in (torch.float16, torch.float32, torch.int8)
+                            or _numba() is None):
+        path = "torch"
+    if path == "numkong" and (scale is not None or k.is_cuda or k.dtype not in (torch.float16, torch.float32)
+                              or _numkong() is None):
+        path = "torch"
+    block = block or BLOCKS[path]
+    if path == "numkong" and normalize and inv_norm is None:
         inv_norm = inverse_norms(k)
-    run = _numkong_blocks(q, k, normalize, inv_norm) if fast else _torch_blocks(q, k, normalize, scale, inv_norm)
     out = torch.empty(q.shape[0], k.shape[0], device=k.device)
-    starts = range(0, k.shape[0], block)
+    if path == "numba":
+        kernel, q4 = _numba(), _numba().pad_queries(q)
+        weight = (inv_norm if inv_norm is not None else inverse_norms(k)) if normalize else scale
 
-    def one(s: int) -> None:
-        out[:, s : s + block] = run(s, min(s + block, k.shape[0]))
+        def one(s: int) -> None:
+            e = min(s + block, k.shape[0])
+            kernel.scan(k[s:e], q4, None if weight is None else weight[s:e], out, s)
+    else:
+        run = (_numkong_blocks(q, k, normalize, inv_norm) if path == "numkong"
+               else _torch_blocks(q, k, normalize, scale, inv_norm))
+
+        def one(s: int) -> None:
+            out[:, s : s + block] = run(s, min(s + block, k.shape[0]))
+
+    starts = range(0, k.shape[0], block)
 
     if threads > 1 and len(starts) > 1:
         pool = _POOLS.get(threads) or _POOLS.setdefault(threads, ThreadPoolExecutor(threads))
@@ -166,6 +184,16 @@ def _numkong():
     except ImportError:
         return None
     return numkong
+
+
+@functools.cache
+def _numba():
+    """The compiled-kernel module (:mod:`maxsim_numba`), or None where ``numba`` is not installed."""
+    try:
+        from . import maxsim_numba
+    except ImportError:
+        return None
+    return maxsim_numba
 
 
 @functools.cache

@@ -415,12 +415,13 @@ class Index(TextStore):
 
         Shards are scored ``torch.get_num_threads()`` at a time by worker threads (the skinny per-block
         matmuls gain more from one shard per core than from intra-op threads), then merged in order.
+        The ``numba`` and ``torch`` paths sum in fp32 over the keys as stored, so their top-k is final.
         On the ``numkong`` path (fp16 keys; the query rounded to fp16) the scan keeps the best
         ``k +`` :data:`RESCORE` candidates, re-scores them in fp32 exactly as the ``torch`` path does, and
         checks that no chunk left out can reach the k-th score (its scan score plus
         :func:`maxsim.scan_error_bound`); a query that fails the check (near-ties) is scanned again by torch.
         A top-k too deep to re-score within :data:`RESCORE_BUDGET` pairs goes to the torch path.
-        Both paths return the same ids and fp32 scores.
+        Every path returns the ids of the fp32 scan (scores within fp32 summation rounding).
 
         Parameters
         ----------
@@ -428,7 +429,7 @@ class Index(TextStore):
         k : hits per query (clamped to the number of chunks).
         block : chunks per block of the scan (default per path, :data:`maxsim.BLOCKS`).
         shards : scan only these shards (one process's part of a sharded scan); all by default.
-        path : ``"torch"`` or ``"numkong"``; default the CPU's choice (:func:`cpu.choose`).
+        path : ``"numba"``, ``"numkong"`` or ``"torch"``; default the CPU's choice (:func:`cpu.choose`).
 
         Returns
         -------
@@ -437,12 +438,13 @@ class Index(TextStore):
         path = path or choose().scan
         fast = path == "numkong" and bool(self.shards) and self.keys(self.shards[0])[0].dtype == torch.float16
         fast &= q.shape[0] * (min(k, len(self)) + RESCORE) <= RESCORE_BUDGET
+        scan = "numkong" if fast else "torch" if path == "numkong" else path  # numba and torch sum in fp32
 
         def score(shard: dict) -> torch.Tensor:
             keys, scale = self.keys(shard)
             if (normalize or fast) and "inv_norm" not in shard:
                 shard["inv_norm"] = inverse_norms(keys)  # (n, L_p), once per opened index
-            return maxsim(q, keys, block, normalize, scale, shard.get("inv_norm"), "numkong" if fast else "torch")
+            return maxsim(q, keys, block, normalize, scale, shard.get("inv_norm"), scan)
 
         if not fast:
             return self._stream_topk(k, q.shape[0], score, shards)
