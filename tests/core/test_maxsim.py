@@ -125,6 +125,9 @@ class TestScanPaths:
         assert maxsim(q, k, path="numba").shape == (50,)
         assert torch.allclose(maxsim(q, k, path="numba"), maxsim_reference(q[None], k.float())[0], atol=1e-4)
         assert maxsim(q, k[:0], path="numba").shape == (0,)
+        qg = q.clone().requires_grad_()
+        maxsim(qg, k, path="numba").sum().backward()  # a query that needs gradients goes through torch
+        assert qg.grad is not None and qg.grad.abs().sum() > 0
         monkeypatch.setattr(maxsim_module, "_numba", lambda: None)  # a machine without the package
         assert torch.equal(maxsim(q, k, 16, path="numba"), maxsim(q, k, 16))
 

@@ -80,7 +80,7 @@ def maxsim(q: torch.Tensor, k: torch.Tensor, block: int | None = None, normalize
         out = _triton().maxsim_scores(q.to(k.device), k, norms)
         return out[0] if single else out
     if path == "numba" and (k.is_cuda or k.dtype not in (torch.float16, torch.float32, torch.int8)
-                            or _numba() is None):
+                            or q.requires_grad or _numba() is None):  # the kernel has no backward
         path = "torch"
     if path == "numkong" and (scale is not None or k.is_cuda or k.dtype not in (torch.float16, torch.float32)
                               or _numkong() is None):
