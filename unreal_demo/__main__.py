@@ -212,6 +212,14 @@ def _adapter(args: argparse.Namespace) -> None:
                            args.out, args.save)
         print(result["markdown"])
         return
+    if args.centring_check:
+        from .evaluation.centring_check import run as centring_check
+
+        result = centring_check(head, args.out)
+        for row in result["rows"] + result["reference"]:
+            print(f"{row['variant']} ({row.get('keys', '')}): "
+                  + ", ".join(f"{k} {v}" for k, v in row.items() if "R@" in k))
+        return
     labels = [x.strip() for x in args.variants.split(";")] if args.variants else None
     unknown = [x for x in labels or [] if x not in GRID]
     if unknown:
@@ -573,6 +581,9 @@ def build_parser() -> argparse.ArgumentParser:
     ad.add_argument("--save-variant", dest="save_variant", default=None)
     ad.add_argument("--joint", action="store_true", help="instead of the grid: fine-tune ρ, α and the head's adapter "
                     "jointly through the LLM (resumable; the cleaner positives), from --head")
+    ad.add_argument("--centring-check", dest="centring_check", action="store_true",
+                    help="instead of the grid: score the shipped head and the finished grid variants on raw and on "
+                    "centred keys over a fresh dev set (TriviaQA and SQuAD questions no grid run saw)")
     ad.add_argument("--batch", type=int, default=16, help="--joint: questions per step")
     ad.add_argument("--lr-rho", dest="lr_rho", type=float, default=5e-4, help="--joint: learning rate of ρ")
     ad.add_argument("--lr", type=float, default=5e-4, help="--joint: learning rate of α and the adapter")

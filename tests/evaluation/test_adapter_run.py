@@ -68,3 +68,23 @@ def test_a_centred_variant_trains_and_scores_on_the_centred_keys():
                            log=lambda row: None, centred=centred)
     assert [r["variant"] for r in rows] == ["shipped head (no adapter)", "shipped head (no adapter), keys centred", "c"]
     assert rows[0]["dev toy R@1"] == 1.0 and rows[1]["dev toy R@1"] == 0.0 and rows[2]["keys"].startswith("centred")
+
+
+def test_the_centring_check_scores_every_finished_variant_of_the_head_s_c0(tmp_path):
+    """grid_heads reads the adapter grid's keep folder: every finished variant whose head reads the same |C0|,
+    with whether it trained on centred keys (its row says so); a |C0| = 5 variant is left out."""
+    import json
+
+    from unreal_demo.evaluation.centring_check import grid_heads
+
+    for slot, (label, n_context, centred) in enumerate([("α alone, mix", 2, False), ("α alone, mix", 5, False),
+                                                        ("r = 64, mix, keys centred", 2, True)]):
+        head = QueryHead(HeadConfig(model="toy", hidden_size=4, n_layers=1, chunk_layer=1, n_ret=1, n_groups=1,
+                                    n_context=n_context))
+        head.save(tmp_path / f"slot{slot}" / "head")
+        row = {"variant": label} | ({"keys": "centred on the index mean"} if centred else {})
+        (tmp_path / f"slot{slot}" / "row.json").write_text(json.dumps(row))
+    found = grid_heads(tmp_path, 2)
+    assert [(label, centre) for label, _, centre in found] == [("r = 64, mix, keys centred", True),
+                                                                ("α alone, mix", False)]
+    assert all(h.config.n_context == 2 for _, h, _ in found)
