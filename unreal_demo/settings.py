@@ -18,9 +18,10 @@ PRECOMPUTED = REPO / "precomputed"
 ASSETS = REPO / "assets"
 
 DEFAULT_MODEL = "smollm2-135m-instruct"  # the offline default: SmolLM2-135M-Instruct, a GGUF file in a PyPI package
-# The long run (40,000 question visits over SQuAD dev, NYT and Reddit), chosen over the first ℓc = 25 head
-# (precomputed/heads/smollm2-135m, 4,000 visits of SQuAD dev) on the dev split: precomputed/head_choice.json.
-DEFAULT_HEADS = {DEFAULT_MODEL: PRECOMPUTED / "heads" / "smollm2-135m-mix" / "head"}
+# The long run (40,000 question visits over SQuAD dev, NYT and Reddit; precomputed/heads/smollm2-135m-mix, chosen
+# over the first ℓc = 25 head on the dev split: precomputed/head_choice.json) with its layer weights α retrained on
+# NQ-open + TriviaQA + SQuAD, chosen on two dev sets (precomputed/centring_check.json; docs/RESULTS.md).
+DEFAULT_HEADS = {DEFAULT_MODEL: PRECOMPUTED / "heads" / "smollm2-135m-mix-alpha" / "head"}
 
 CHUNK_TOKENS = 141  # the chunk size T: the paper's mean chunk length, used everywhere a chunk is cut
 MAX_TOKENS = 512  # a chunk is cut to this many tokens when encoded (index chunks are ~141 tokens)

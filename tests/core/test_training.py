@@ -102,9 +102,11 @@ def test_shipped_ablations_file_reads_as_sweeps():
     known = {name: set(s.variants) for name, s in SWEEPS.items()}
     known["query-adapter"] = set(GRID) | {"shipped head (no adapter)", "shipped head (no adapter), keys centred",
                                           "BM25", "dense MiniLM"}  # `adapter` command
+    known["query-adapter-c0-5"] = known["centring-fresh-dev"] = known["query-adapter"]  # --n-context 5, centring
     assert sweeps and set(sweeps) <= set(known)
     for name, result in sweeps.items():
         assert all(r["variant"] in known[name] for r in result["rows"])
+        assert result["markdown"].startswith("| variant |") and result["setting"] and result["command"]
 
 
 def test_held_out_sources_are_refused():

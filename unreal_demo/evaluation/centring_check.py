@@ -8,7 +8,8 @@ articles outside its dev sample; NQ-open has none left (all 198 dev questions wi
 grid) — caches their query states with the shipped head (C0 as the grid has it), and scores the shipped head
 and every finished grid variant of the same |C0| on raw and on centred keys, over the same usable chunks.
 
-    python -m unreal_demo adapter --centring-check --out precomputed/centring_check.json
+    python -m unreal_demo adapter --centring-check --head precomputed/heads/smollm2-135m-mix/head.json \
+        --out precomputed/centring_check.json
 """
 
 from __future__ import annotations
