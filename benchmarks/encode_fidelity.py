@@ -36,12 +36,12 @@ RULE_POINTS = 0.5  # the largest move of R@1 / R@10 (in points) a lower precisio
 SPEED_SAMPLE = 64  # paragraphs encoded without the cache to time each dtype
 
 
-def speed(explorer: Explorer, texts: list[str]) -> float:
-    """Chunk-encoding tokens/s (Eq. 1 to ℓc, pooled; no cache) of ``texts`` in the explorer's dtype."""
-    c = explorer.head.config
-    tokens = sum(min(len(explorer.backbone.tokenizer(t)["input_ids"]), c.chunk_tokens) for t in texts)
+def speed(backbone, c, texts: list[str]) -> float:
+    """Chunk-encoding tokens/s (Eq. 1 to ℓc, pooled; no cache) of ``texts`` through ``backbone`` at head config
+    ``c``'s ℓc, L_p and chunk length."""
+    tokens = sum(min(len(backbone.tokenizer(t)["input_ids"]), c.chunk_tokens) for t in texts)
     t0 = time.perf_counter()
-    encode_chunks(explorer.backbone, texts, c.chunk_layer, c.n_pool, c.chunk_tokens)
+    encode_chunks(backbone, texts, c.chunk_layer, c.n_pool, c.chunk_tokens)
     return tokens / (time.perf_counter() - t0)
 
 
@@ -59,7 +59,7 @@ def measure(dtype: str, questions: int, passages: int, seed: int = 0) -> dict:
         c = explorer.head.config
         keys = cached_encode(explorer.backbone, texts, c.chunk_layer, c.n_pool, c.chunk_tokens).float()
         ranked = rankings(corpus_store(texts, explorer), explorer, queries, "unreal", depth=10)
-        out[name] = {"keys": keys, "ranked": ranked, "tokens_per_s": speed(explorer, texts[:SPEED_SAMPLE]),
+        out[name] = {"keys": keys, "ranked": ranked, "tokens_per_s": speed(explorer.backbone, c, texts[:SPEED_SAMPLE]),
                      "R@1": recall_at_k(ranked, gold, 1), "R@10": recall_at_k(ranked, gold, 10)}
     ref, low = out["fp32"], out[dtype]
     cos = torch.nn.functional.cosine_similarity(ref["keys"], low["keys"], dim=-1).flatten()  # (M·L_p,)

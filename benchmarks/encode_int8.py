@@ -23,27 +23,18 @@ import argparse
 import copy
 import json
 import os
-import time
 from pathlib import Path
 
 import torch
-from maxsim import busy_ticks, others_cpu_share  # a sibling benchmark script (its folder is on sys.path)
+from encode_fidelity import RULE_POINTS  # sibling benchmark scripts (their folder is on sys.path)
+from encode_fidelity import speed as tokens_per_s
+from maxsim import busy_ticks, others_cpu_share
 
 from unreal_demo.core.cpu import status_line
 from unreal_demo.core.encoding import encode_chunks
 from unreal_demo.evaluation.retrieval import corpus_store, held_out, rankings, recall_at_k
 from unreal_demo.pipeline import Explorer
 from unreal_demo.store.memory import MemoryStore
-
-RULE_POINTS = 0.5
-
-
-def tokens_per_s(backbone, texts: list[str], c) -> float:
-    """Chunk-encoding tokens/s of ``texts`` (no cache)."""
-    tokens = sum(min(len(backbone.tokenizer(t)["input_ids"]), c.chunk_tokens) for t in texts)
-    t0 = time.perf_counter()
-    encode_chunks(backbone, texts, c.chunk_layer, c.n_pool, c.chunk_tokens)
-    return tokens / (time.perf_counter() - t0)
 
 
 def main() -> None:
@@ -63,7 +54,7 @@ def main() -> None:
     int8 = copy.copy(fp32)
     int8.model = copy.deepcopy(fp32.model)
     torch.ao.quantization.quantize_dynamic(int8.blocks, {torch.nn.Linear}, dtype=torch.qint8, inplace=True)
-    speed = {"fp32": tokens_per_s(fp32, texts[: args.speed], c), "int8": tokens_per_s(int8, texts[: args.speed], c)}
+    speed = {"fp32": tokens_per_s(fp32, c, texts[: args.speed]), "int8": tokens_per_s(int8, c, texts[: args.speed])}
     print(f"tokens/s fp32 {speed['fp32']:.0f}, int8 {speed['int8']:.0f}", flush=True)
     keys8 = encode_chunks(int8, texts, c.chunk_layer, c.n_pool, c.chunk_tokens)  # (M, L_p, d)
     memo: dict = {}  # the fp32 query vectors, computed once for both key sets

@@ -225,9 +225,7 @@ def int8_scan(k: torch.Tensor, engine: str, block: int = 1024) -> tuple[Callable
                                                                             Callable[[], object]], int]:
     """int8 keys (the index's int8 codec) and an int8 query (per-vector scale): ``torch._int_mm`` (``engine``
     "torch") or numkong's int8 dots (``"numkong"``) per block, int32 sums rescaled in fp32."""
-    from unreal_demo.core.codec import quantize_int8
-
-    ki, ks = (torch.from_numpy(a) for a in quantize_int8(k.float().numpy()))
+    ki, ks = int8_keys(k)
     m, p, d = k.shape
     flat = ki.numpy().reshape(-1, d)
     nk = importlib.import_module("numkong") if engine == "numkong" else None

@@ -86,12 +86,12 @@ def maxsim(q: torch.Tensor, k: torch.Tensor, block: int | None = None, normalize
                               or _numkong() is None):
         path = "torch"
     block = block or BLOCKS[path]
-    if path == "numkong" and normalize and inv_norm is None:
+    if path != "torch" and normalize and inv_norm is None:  # the torch path computes 1/‖k‖ per block
         inv_norm = inverse_norms(k)
     out = torch.empty(q.shape[0], k.shape[0], device=k.device)
     if path == "numba":
-        kernel, q4 = _numba(), _numba().pad_queries(q)
-        weight = (inv_norm if inv_norm is not None else inverse_norms(k)) if normalize else scale
+        kernel = _numba()
+        q4, weight = kernel.pad_queries(q), inv_norm if normalize else scale
 
         def one(s: int) -> None:
             e = min(s + block, k.shape[0])

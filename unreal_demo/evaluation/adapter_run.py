@@ -59,20 +59,38 @@ def _cap(rng: random.Random, items: list, n: int) -> list:
     return items if len(items) <= n else rng.sample(items, n)
 
 
+def usable_pool(index) -> tuple[list[int], list[str], BM25]:
+    """The chunk ids any training or dev set may use (:func:`masks`), their texts, and BM25 over those texts."""
+    usable, _ = masks(index)
+    pool = [i for i in range(len(index.chunks)) if usable[i]]
+    texts = [index.chunks[i]["text"] for i in pool]
+    return pool, texts, BM25(texts)
+
+
+def bm25_contexts(bm25: BM25, texts: list[str], queries: list[str], n_context: int) -> list[list[str]]:
+    """C0 of each query: the texts of BM25's top ``n_context`` among ``texts`` (none for ``n_context`` 0)."""
+    if not n_context:
+        return [[] for _ in queries]
+    ids, _ = bm25.search(queries, k=n_context)
+    return [[texts[j] for j in row] for row in ids.tolist()]
+
+
+def chunks_by_passage(chunks: list[dict]) -> dict[str, list[int]]:
+    """Passage id → the ids of its chunks (every chunk of a gold paragraph is a positive)."""
+    out: dict[str, list[int]] = {}
+    for i, c in enumerate(chunks):
+        out.setdefault(c["passage"], []).append(i)
+    return out
+
+
 def build_sets(index, n_context: int, seed: int = 0) -> tuple[list[TextSet], list[TextSet], TextSet]:
     """(train sets, dev sets, the New-Wiki test set) with C0 and positives, over ``index``'s chunk ids; each set a
     seeded sample of at most :data:`TRAIN_CAP` / :data:`DEV_CAP` questions."""
     chunks = index.chunks
-    usable, _ = masks(index)
-    pool = [i for i in range(len(chunks)) if usable[i]]
-    texts = [chunks[i]["text"] for i in pool]
-    bm25 = BM25(texts)
+    pool, texts, bm25 = usable_pool(index)
 
     def c0(queries: list[str]) -> list[list[str]]:
-        if not n_context:
-            return [[] for _ in queries]
-        ids, _ = bm25.search(queries, k=n_context)
-        return [[texts[j] for j in row] for row in ids.tolist()]
+        return bm25_contexts(bm25, texts, queries, n_context)
 
     trains, devs, rng = [], [], random.Random(seed)
     for short, source in NATURAL_SETS.items():
@@ -83,9 +101,7 @@ def build_sets(index, n_context: int, seed: int = 0) -> tuple[list[TextSet], lis
             side = _cap(rng, [q for q in side if q.id in kept], cap[short])
             qtexts = [q.text for q in side]
             out.append(TextSet(short, qtexts, c0(qtexts), [kept[q.id] for q in side]))
-    by_passage: dict[str, list[int]] = {}
-    for i, c in enumerate(chunks):
-        by_passage.setdefault(c["passage"], []).append(i)
+    by_passage = chunks_by_passage(chunks)
     for (_, questions), cap, out in zip(article_split("squad_dev"), (TRAIN_CAP, DEV_CAP), (trains, devs), strict=True):
         qs = [q for q in _cap(rng, questions, cap["squad"]) if q.passage_id in by_passage]
         qtexts = [q.text for q in qs]

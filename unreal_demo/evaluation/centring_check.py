@@ -26,14 +26,16 @@ from ..data.sources import article_split
 from ..settings import display_path
 from .adapter_run import (
     NATURAL_SETS,
+    bm25_contexts,
     bm25_recall,
     cache_sets,
     cached_sets,
     centred_keys,
+    chunks_by_passage,
     dense_recall,
     local,
-    masks,
     pool_of,
+    usable_pool,
 )
 
 FRESH_CAP = {"tqa": 400, "squad": 300}  # fresh dev questions per set (seeded sample of those left)
@@ -43,28 +45,19 @@ SEED = 1  # the grid's sets were drawn with seed 0
 def fresh_sets(index, n_context: int, used: list[TextSet]) -> list[TextSet]:
     """Dev-side questions of TriviaQA and SQuAD that are not in ``used`` (the grid's dev sets), with C0 and
     positives built exactly as :func:`adapter_run.build_sets` builds them."""
-    from ..core.selection import BM25
-
-    chunks = index.chunks
-    usable, _ = masks(index)
-    pool = [i for i in range(len(chunks)) if usable[i]]
-    texts = [chunks[i]["text"] for i in pool]
-    bm25 = BM25(texts)
+    pool, texts, bm25 = usable_pool(index)
     seen = {t for s in used for t in s.texts}
     rng = random.Random(SEED)
 
     def c0(queries: list[str]) -> list[list[str]]:
-        ids, _ = bm25.search(queries, k=n_context)
-        return [[texts[j] for j in row] for row in ids.tolist()]
+        return bm25_contexts(bm25, texts, queries, n_context)
 
     qs = [q for q in question_split(load_natural(NATURAL_SETS["tqa"]))[1] if q.text not in seen]
     pos = distant_positives(qs, texts, bm25, depth=100, rule="dpr")
     kept = [(q, [pool[j] for j in p]) for q, p in zip(qs, pos, strict=True) if p]
     kept = rng.sample(kept, min(FRESH_CAP["tqa"], len(kept)))
     out = [TextSet("tqa", [q.text for q, _ in kept], c0([q.text for q, _ in kept]), [p for _, p in kept])]
-    by_passage: dict[str, list[int]] = {}
-    for i, c in enumerate(chunks):
-        by_passage.setdefault(c["passage"], []).append(i)
+    by_passage = chunks_by_passage(index.chunks)
     squad = [q for q in article_split("squad_dev")[1][1] if q.text not in seen and q.passage_id in by_passage]
     squad = rng.sample(squad, min(FRESH_CAP["squad"], len(squad)))
     qtexts = [q.text for q in squad]
