@@ -209,7 +209,7 @@ def _adapter(args: argparse.Namespace) -> None:
         if args.steps < 1 or args.batch < 1:
             raise UserError("--steps and --batch must be at least 1")
         result = run_joint(head, JointConfig(steps=args.steps, batch=args.batch, lr_rho=args.lr_rho, lr=args.lr),
-                           args.out, args.save)
+                           args.out, args.save, train_c0=args.train_c0)
         print(result["markdown"])
         return
     if args.centring_check:
@@ -584,6 +584,9 @@ def build_parser() -> argparse.ArgumentParser:
     ad.add_argument("--centring-check", dest="centring_check", action="store_true",
                     help="instead of the grid: score the shipped head and the finished grid variants on raw and on "
                     "centred keys over a fresh dev set (TriviaQA and SQuAD questions no grid run saw)")
+    ad.add_argument("--train-c0", dest="train_c0", choices=("bm25", "without-positive", "half"), default="bm25",
+                    help="--joint: each training question's C0: BM25's top chunks (as a search has them), those that "
+                    "are not its positive, or each question once with each")
     ad.add_argument("--batch", type=int, default=16, help="--joint: questions per step")
     ad.add_argument("--lr-rho", dest="lr_rho", type=float, default=5e-4, help="--joint: learning rate of ρ")
     ad.add_argument("--lr", type=float, default=5e-4, help="--joint: learning rate of α and the adapter")

@@ -298,6 +298,11 @@ GRID = {  # label → (train sets, overrides of StateTrainConfig): what the dev 
     "r = 64, mix, whole-pool negatives": (("nq", "tqa", "squad"), {"rank": 64, "negatives": "pool"}),
     "α alone, mix, keys centred": (("nq", "tqa", "squad"), {"rank": 0, "centre": True}),
     "r = 64, mix, cleaner positives, keys centred": (("nq@3", "tqa@3", "squad"), {"rank": 64, "centre": True}),
+    "α alone, mix, half the visits with C0 without the positive": (("nq", "tqa", "squad", "nq~", "tqa~", "squad~"),
+                                                                   {"rank": 0}),
+    "α alone, mix, C0 without the positive": (("nq~", "tqa~", "squad~"), {"rank": 0}),
+    "r = 64, mix, half the visits with C0 without the positive": (("nq", "tqa", "squad", "nq~", "tqa~", "squad~"),
+                                                                  {"rank": 64}),
 }
 
 
@@ -328,6 +333,9 @@ def run(head_path: str, n_context: int | None = None, labels: list[str] | None =
     variants = []
     for label, (sources, overrides) in GRID.items():
         if labels is None or label in labels:
+            if any(s.endswith("~") for s in sources) and not any(s.name.endswith("~") for s in train_s):
+                train_s += cache_sets(head, explorer.backbone, without_positive_c0(*usable_pool(index), trains,
+                                                                                  head.config.n_context), folder)
             settings = {"steps": steps} | {k: v for k, v in overrides.items() if k != "centre"}
             if settings.get("rank") == -1:  # the full d × d map
                 settings["rank"] = d
@@ -371,6 +379,28 @@ def cleaner(index, usable: torch.Tensor, sets: list[TextSet], cached: list[State
         if q.name in NATURAL_SETS:
             keep = clean_ids(index, usable, q, depth)
             out.append(StateSet(f"{q.name}@{depth}", c.groups[keep], [q.positives[i] for i in keep]))
+    return out
+
+
+def without_positive_c0(pool: list[int], texts: list[str], bm25: BM25, sets: list[TextSet], n_context: int,
+                        ) -> list[TextSet]:
+    """The sets again with C0 = BM25's top ``n_context`` usable chunks that are *not* a positive (named ``nq~``,
+    …): questions whose BM25 context holds the answer's chunk teach the head to re-find its context; these teach
+    it to find the answer without that help. Only the labelled positives are removed (another chunk may still
+    hold an answer alias). ``pool``, ``texts``, ``bm25``: the usable chunks' ids, texts and BM25
+    (:func:`usable_pool`); positives are chunk ids.
+
+    >>> texts = ["washington first president", "obama first black president", "paris city"]
+    >>> q = TextSet("nq", ["first president"], [[]], [[10]])  # chunk 10 (texts[0]) holds the answer
+    >>> without_positive_c0([10, 11, 12], texts, BM25(texts), [q], 1)[0].contexts
+    [['obama first black president']]
+    """
+    out = []
+    for q in sets:
+        ids, _ = bm25.search(q.texts, k=n_context + max(map(len, q.positives), default=0))
+        contexts = [[texts[j] for j in row if pool[j] not in p][:n_context]
+                    for row, p in zip(ids.tolist(), q.positives, strict=True)]
+        out.append(TextSet(f"{q.name}~", q.texts, contexts, q.positives))
     return out
 
 

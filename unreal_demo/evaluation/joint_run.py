@@ -32,17 +32,26 @@ from .adapter_run import (
     pool_of,
     positions,
     score_row,
+    usable_pool,
+    without_positive_c0,
 )
 from .results import write_result
 
 DEPTH = 3  # the cleaner positives' BM25 depth (the grid's best row)
+TRAIN_C0 = {"bm25": "C0 = BM25's top chunks", "without-positive": "C0 without the positive",
+            "half": "half the visits with C0 without the positive"}
 
 
 def run_joint(head_path: str, cfg: JointConfig, out: str | None = None, save: str | None = None,
-              log=print) -> dict:
+              log=print, train_c0: str = "bm25") -> dict:
     """Train (or resume) the joint fine-tune from ``head_path`` and score it; the best head so far sits in the run
     folder (``<cache>/joint_runs/…/best``) while it trains; ``save`` receives the best head with its fusion weight
-    refitted on dev (none when no dev check beat step 0), ``out`` the result JSON."""
+    refitted on dev (none when no dev check beat step 0), ``out`` the result JSON. ``train_c0``: each training
+    question's C0 is BM25's top chunks (``"bm25"``), BM25's top chunks that are not its positive
+    (``"without-positive"``, :func:`adapter_run.without_positive_c0`), or each question once with each
+    (``"half"``: half the visits); dev and test keep BM25's top chunks, as a search has them."""
+    if train_c0 not in TRAIN_C0:
+        raise ValueError(f"train_c0 must be one of {', '.join(TRAIN_C0)}, not {train_c0!r}")
     from ..pipeline import Explorer
     from ..store.index import Index, shipped_folder
 
@@ -51,6 +60,9 @@ def run_joint(head_path: str, cfg: JointConfig, out: str | None = None, save: st
     index = Index(shipped_folder(explorer))
     trains, devs, test = cached_sets(index, head.config.n_context, cache_dir() / "adapter_sets")
     folder = cache_dir() / "query_states"
+    if train_c0 != "bm25":
+        masked = without_positive_c0(*usable_pool(index), trains, head.config.n_context)
+        trains = masked if train_c0 == "without-positive" else trains + masked
     train_s, dev_s = cache_sets(head, backbone, trains, folder), cache_sets(head, backbone, devs, folder)
     (test_s,) = cache_sets(head, backbone, [test], folder)
     keys, usable, train_mask = pool_of(index)
@@ -64,13 +76,14 @@ def run_joint(head_path: str, cfg: JointConfig, out: str | None = None, save: st
 
     train_t, hard = [], []
     for q, c in zip(trains, train_s, strict=True):
-        natural = q.name in NATURAL_SETS  # cleaner()'s rule: natural sets keep their cleaner positives only
+        natural = q.name.rstrip("~") in NATURAL_SETS  # cleaner()'s rule: natural sets keep their cleaner positives only
         keep = clean_ids(index, usable, q, DEPTH) if natural else list(range(len(q.texts)))
         name = f"{q.name}@{DEPTH}" if natural else q.name
         train_t.append(texts(q, keep, name))
         hard.append(mine(head, StateSet(name, c.groups[keep], []), pool, cfg.mined))
     dev_t = [texts(q, list(range(len(q.texts))), q.name) for q in devs]
-    settings = hashlib.sha1(json.dumps(asdict(cfg) | {"steps": None}, sort_keys=True).encode()).hexdigest()[:8]
+    settings = hashlib.sha1(json.dumps(asdict(cfg) | {"steps": None} | ({"c0": TRAIN_C0[train_c0]}
+                                       if train_c0 != "bm25" else {}), sort_keys=True).encode()).hexdigest()[:8]
     run_folder = cache_dir() / "joint_runs" / f"{head.digest()[:12]}-{settings}"  # more --steps resume the run
     t0 = time.time()
     model, history = fit_joint(head, backbone, train_t, dev_t, dev_keys, cfg, run_folder, hard=hard,
@@ -79,13 +92,18 @@ def run_joint(head_path: str, cfg: JointConfig, out: str | None = None, save: st
     best = max(history, key=lambda r: (r["mean R@1"], r["mean R@10"]))
     new_dev = cache_sets(model, backbone, devs, folder)
     (new_test,) = cache_sets(model, backbone, [test], folder)
-    rows = [score_row("starting head (α + r = 64 adapter, ρ as shipped)", head, local(dev_s, usable), dev_keys,
+    rank = head.config.adapter_rank
+    trained = f"ρ, α and the r = {rank} adapter" if rank else "ρ and α"
+    start = f"starting head ({f'r = {rank} adapter' if rank else 'no adapter'}, ρ as given)"
+    tuned = f"joint fine-tune of {trained}" + (f", {TRAIN_C0[train_c0]}" if train_c0 != "bm25" else "")
+    rows = [score_row(start, head, local(dev_s, usable), dev_keys,
                       test_s, keys, {}),
-            score_row("joint fine-tune of ρ, α and the r = 64 adapter", model, local(new_dev, usable), dev_keys,
+            score_row(tuned, model, local(new_dev, usable), dev_keys,
                       new_test, keys, {"settings": asdict(cfg), "best step": best["step"],
                                        "steps run": history[-1]["step"], "seconds this call": seconds,
                                        "log": history})]
     result = {"head": display_path(head_path), "n_context": head.config.n_context,
+              "train C0": TRAIN_C0[train_c0],
               "train sets": {t.name: len(t.texts) for t in train_t}, "dev sets": {t.name: len(t.texts) for t in dev_t},
               "new_wiki test": len(test.texts), "rows": rows, "markdown": grid_markdown(rows)}
     result = write_result(result | {"cpu": status_line()}, out, explorer)  # with its provenance
