@@ -206,10 +206,13 @@ def _adapter(args: argparse.Namespace) -> None:
         from .core.joint_training import JointConfig
         from .evaluation.joint_run import run_joint
 
-        if args.steps < 1 or args.batch < 1:
-            raise UserError("--steps and --batch must be at least 1")
-        result = run_joint(head, JointConfig(steps=args.steps, batch=args.batch, lr_rho=args.lr_rho, lr=args.lr),
-                           args.out, args.save, train_c0=args.train_c0)
+        if args.steps < 1 or args.batch < 1 or (args.patience is not None and args.patience < 1):
+            raise UserError("--steps, --batch and --patience must be at least 1")
+        if args.r10_within is not None and not 0 <= args.r10_within <= 1:
+            raise UserError("--r10-within is a recall difference from 0 to 1")
+        cfg = JointConfig(steps=args.steps, batch=args.batch, lr_rho=args.lr_rho, lr=args.lr,
+                          r10_within=args.r10_within, **({} if args.patience is None else {"patience": args.patience}))
+        result = run_joint(head, cfg, args.out, args.save, train_c0=args.train_c0, keep=args.keep)
         print(result["markdown"])
         return
     if args.centring_check:
@@ -587,6 +590,13 @@ def build_parser() -> argparse.ArgumentParser:
     ad.add_argument("--train-c0", dest="train_c0", choices=("bm25", "without-positive", "half"), default="bm25",
                     help="--joint: each training question's C0: BM25's top chunks (as a search has them), those that "
                     "are not its positive, or each question once with each")
+    ad.add_argument("--patience", type=int, default=None,
+                    help="--joint: dev checks without a better one before stopping (default 4)")
+    ad.add_argument("--r10-within", dest="r10_within", type=float, default=None,
+                    help="--joint: keep the dev check with the best mean R@10 among those whose mean R@1 is at most "
+                    "this far below step 0's (default: the best mean R@1)")
+    ad.add_argument("--keep", choices=("best", "last"), default="best",
+                    help="--joint: score and save the best dev check's state or the last step's")
     ad.add_argument("--batch", type=int, default=16, help="--joint: questions per step")
     ad.add_argument("--lr-rho", dest="lr_rho", type=float, default=5e-4, help="--joint: learning rate of ρ")
     ad.add_argument("--lr", type=float, default=5e-4, help="--joint: learning rate of α and the adapter")

@@ -92,3 +92,24 @@ def test_training_on_cached_prefixes_equals_training_on_the_text(tiny, tmp_path)
         assert torch.allclose(value, cached["model"][name], atol=1e-5), name
     recalls = [[{k: v for k, v in r.items() if "R@" in k} for r in run["history"]] for run in (text, cached)]
     assert recalls[0] == recalls[1] and len(recalls[0]) == 2
+
+
+def test_keep_last_returns_the_last_step_and_best_the_best_check(tiny, tmp_path):
+    train, dev, keys = _data()
+    cfg = JointConfig(steps=4, batch=4, lr_rho=1e-2, lr=1e-2, dev_every=2, sampled=8, dev_per_set=4, patience=9)
+    last, _ = fit_joint(_head(tiny), tiny, train, dev, keys, cfg, tmp_path, keep="last")
+    best, log = fit_joint(_head(tiny), tiny, train, dev, keys, cfg, tmp_path)  # resumed: nothing left to run
+    state = torch.load(tmp_path / "checkpoint.pt", weights_only=False)
+    assert torch.equal(last.rho, state["model"]["rho"])  # the step-4 state
+    assert torch.equal(best.rho, state["best_state"]["rho"]) and [r["step"] for r in log] == [0, 2, 4]
+
+
+def test_r10_within_keeps_the_best_recall_at_10_above_the_r1_floor(tiny, tmp_path):
+    train, dev, keys = _data()
+    cfg = JointConfig(steps=4, batch=4, lr_rho=5e-2, lr=5e-2, dev_every=1, sampled=8, dev_per_set=4, patience=9,
+                      r10_within=1.0)  # every check is above the floor: the best mean R@10 wins, then R@1
+    fit_joint(_head(tiny), tiny, train, dev, keys, cfg, tmp_path)
+    state = torch.load(tmp_path / "checkpoint.pt", weights_only=False)
+    rows = state["history"]
+    first_best = max(rows, key=lambda r: (r["mean R@10"], r["mean R@1"]))
+    assert state["best"] == first_best and len(rows) == 5

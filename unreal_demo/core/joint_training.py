@@ -53,6 +53,8 @@ class JointConfig:
     patience: int = 4
     seed: int = 0
     prefix_cache: str = "float16"  # keep each question's prefix KV in this dtype after its first pass ("": never)
+    r10_within: float | None = None  # keep the best mean R@10 among checks at most this far below step 0's mean R@1
+    # (None: the best mean R@1), on the dev sample
 
 
 @dataclass
@@ -130,7 +132,7 @@ def _optimizer(model: QueryHead, cfg: JointConfig) -> torch.optim.Optimizer:
 def fit_joint(head: QueryHead, backbone, train: Sequence[TextSet], dev: Sequence[TextSet], keys: torch.Tensor,
               cfg: JointConfig, out: str | Path, hard: Sequence[Sequence[torch.Tensor]] | None = None,
               train_mask: torch.Tensor | None = None, log: Callable[[dict], None] | None = None,
-              ) -> tuple[QueryHead, list[dict]]:
+              keep: str = "best") -> tuple[QueryHead, list[dict]]:
     """Fine-tune ρ, α and the adapter of a copy of ``head`` jointly (Eq. 6), resumable from ``out``.
 
     Parameters
@@ -142,10 +144,12 @@ def fit_joint(head: QueryHead, backbone, train: Sequence[TextSet], dev: Sequence
     train_mask : ``(P,)`` bool, the chunks that are candidates in training (default: all).
     out : the run's folder (``checkpoint.pt``, ``log.jsonl``, ``best/`` the best head so far); a run with the
         same folder resumes.
+    keep : ``"best"`` (the best dev check) or ``"last"`` (the state of the last step run: to read a trade-off the
+        best-check rule does not keep).
 
     Returns
     -------
-    The best head on the dev sample and the log (one record per dev check).
+    The kept head and the log (one record per dev check).
     """
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -174,6 +178,9 @@ def fit_joint(head: QueryHead, backbone, train: Sequence[TextSet], dev: Sequence
         row["mean R@10"] = round(sum(row[f"{d.name} R@10"] for d in checks) / max(1, len(checks)), 4)
         return row
 
+    def floor(start: dict) -> float | None:
+        return None if cfg.r10_within is None else start["mean R@1"] - cfg.r10_within
+
     ckpt = out / "checkpoint.pt"
     settings = asdict(cfg) | {"steps": None, "head": head.digest(), "sets": [[s.name, len(s.texts)] for s in train]}
     # (more steps may be asked of a resumed run; every other setting must match)
@@ -185,11 +192,12 @@ def fit_joint(head: QueryHead, backbone, train: Sequence[TextSet], dev: Sequence
         opt.load_state_dict(state["opt"])
         gen.setstate(state["gen"])
         torch.set_rng_state(state["torch"])
-        history, best = state["history"], BestCheck(state["best"], state["best_state"], state["waited"])
+        history = state["history"]
+        best = BestCheck(state["best"], state["best_state"], state["waited"], floor(history[0]))
         start = history[-1]["step"] + 1
     else:
         history = [check(0, float("nan"))]
-        best, start = BestCheck(history[0], copy.deepcopy(model.state_dict())), 1
+        best, start = BestCheck(history[0], copy.deepcopy(model.state_dict()), floor=floor(history[0])), 1
         if log is not None:
             log(history[0])
     started, running = time.time(), []
@@ -218,7 +226,8 @@ def fit_joint(head: QueryHead, backbone, train: Sequence[TextSet], dev: Sequence
                 f.write(json.dumps(row) + "\n")
             if log is not None:
                 log(row)
-    model.load_state_dict(best.state)
+    if keep == "best":
+        model.load_state_dict(best.state)
     for p in model.parameters():
         p.requires_grad_(True)
     return model.eval(), history

@@ -185,22 +185,33 @@ def dev_row(check: Callable[[int, float], dict], step: int, running: list[float]
 
 @dataclass
 class BestCheck:
-    """Early stopping on dev checks: the best row so far (mean R@1, then mean R@10), its weights, and how many
-    checks have passed without a better one.
+    """Early stopping on dev checks: the best row so far, its weights, and how many checks have passed without a
+    better one. Best is the highest mean R@1, then mean R@10; with a ``floor``, the highest mean R@10 (then R@1)
+    among the checks whose mean R@1 is at least ``floor`` (a check below it is never better).
 
     >>> m = torch.nn.Linear(1, 1)
     >>> b = BestCheck({"mean R@1": 0.2, "mean R@10": 0.5}, m.state_dict())
     >>> b.see({"mean R@1": 0.2, "mean R@10": 0.6}, m), b.see({"mean R@1": 0.1, "mean R@10": 0.9}, m), b.waited
     (True, False, 1)
+    >>> b = BestCheck({"mean R@1": 0.2, "mean R@10": 0.5}, m.state_dict(), floor=0.19)
+    >>> b.see({"mean R@1": 0.3, "mean R@10": 0.4}, m), b.see({"mean R@1": 0.19, "mean R@10": 0.6}, m)
+    (False, True)
     """
 
     row: dict
     state: dict
     waited: int = 0
+    floor: float | None = None
+
+    def key(self, row: dict) -> tuple:
+        """What ``see`` compares: larger is better."""
+        if self.floor is None:
+            return row["mean R@1"], row["mean R@10"]
+        return row["mean R@1"] >= self.floor, row["mean R@10"], row["mean R@1"]
 
     def see(self, row: dict, model: torch.nn.Module) -> bool:
         """Record a dev check; True (and the weights kept) when it beats the best so far."""
-        if (row["mean R@1"], row["mean R@10"]) > (self.row["mean R@1"], self.row["mean R@10"]):
+        if self.key(row) > self.key(self.row):
             self.row, self.state, self.waited = row, copy.deepcopy(model.state_dict()), 0
             return True
         self.waited += 1

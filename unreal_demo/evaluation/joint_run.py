@@ -19,7 +19,7 @@ from dataclasses import asdict
 
 from ..core.cpu import status_line
 from ..core.joint_training import JointConfig, TextSet, fit_joint
-from ..core.state_training import StateSet, mine
+from ..core.state_training import BestCheck, StateSet, mine
 from ..settings import cache_dir, display_path
 from .adapter_run import (
     NATURAL_SETS,
@@ -43,13 +43,15 @@ TRAIN_C0 = {"bm25": "C0 = BM25's top chunks", "without-positive": "C0 without th
 
 
 def run_joint(head_path: str, cfg: JointConfig, out: str | None = None, save: str | None = None,
-              log=print, train_c0: str = "bm25") -> dict:
+              log=print, train_c0: str = "bm25", keep: str = "best") -> dict:
     """Train (or resume) the joint fine-tune from ``head_path`` and score it; the best head so far sits in the run
     folder (``<cache>/joint_runs/…/best``) while it trains; ``save`` receives the best head with its fusion weight
     refitted on dev (none when no dev check beat step 0), ``out`` the result JSON. ``train_c0``: each training
     question's C0 is BM25's top chunks (``"bm25"``), BM25's top chunks that are not its positive
     (``"without-positive"``, :func:`adapter_run.without_positive_c0`), or each question once with each
-    (``"half"``: half the visits); dev and test keep BM25's top chunks, as a search has them."""
+    (``"half"``: half the visits); dev and test keep BM25's top chunks, as a search has them. ``keep``: score and
+    save the best dev check's state (``"best"``) or the last step's (``"last"``, written even when the best is
+    step 0)."""
     if train_c0 not in TRAIN_C0:
         raise ValueError(f"train_c0 must be one of {', '.join(TRAIN_C0)}, not {train_c0!r}")
     from ..pipeline import Explorer
@@ -87,15 +89,17 @@ def run_joint(head_path: str, cfg: JointConfig, out: str | None = None, save: st
     run_folder = cache_dir() / "joint_runs" / f"{head.digest()[:12]}-{settings}"  # more --steps resume the run
     t0 = time.time()
     model, history = fit_joint(head, backbone, train_t, dev_t, dev_keys, cfg, run_folder, hard=hard,
-                               train_mask=cand_mask, log=log)
+                               train_mask=cand_mask, log=log, keep=keep)
     seconds = round(time.time() - t0, 1)
-    best = max(history, key=lambda r: (r["mean R@1"], r["mean R@10"]))
+    floor = None if cfg.r10_within is None else history[0]["mean R@1"] - cfg.r10_within
+    best = max(history, key=BestCheck(history[0], {}, floor=floor).key) if keep == "best" else history[-1]
     new_dev = cache_sets(model, backbone, devs, folder)
     (new_test,) = cache_sets(model, backbone, [test], folder)
     rank = head.config.adapter_rank
     trained = f"ρ, α and the r = {rank} adapter" if rank else "ρ and α"
     start = f"starting head ({f'r = {rank} adapter' if rank else 'no adapter'}, ρ as given)"
-    tuned = f"joint fine-tune of {trained}" + (f", {TRAIN_C0[train_c0]}" if train_c0 != "bm25" else "")
+    tuned = (f"joint fine-tune of {trained}" + (f", {TRAIN_C0[train_c0]}" if train_c0 != "bm25" else "")
+             + ("" if keep == "best" else f", its last state (step {best['step']})"))
     rows = [score_row(start, head, local(dev_s, usable), dev_keys,
                       test_s, keys, {}),
             score_row(tuned, model, local(new_dev, usable), dev_keys,
