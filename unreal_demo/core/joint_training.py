@@ -129,6 +129,16 @@ def _optimizer(model: QueryHead, cfg: JointConfig) -> torch.optim.Optimizer:
     return torch.optim.AdamW(groups, betas=(0.9, 0.98))
 
 
+def r1_floor(cfg: JointConfig, start: dict) -> float | None:
+    """The mean R@1 a dev check needs to be kept by ``cfg.r10_within``'s rule (:class:`BestCheck`'s ``floor``;
+    None: the best mean R@1 is kept), from the step-0 check ``start``.
+
+    >>> r1_floor(JointConfig(r10_within=0.01), {"mean R@1": 0.44}), r1_floor(JointConfig(), {"mean R@1": 0.44})
+    (0.43, None)
+    """
+    return None if cfg.r10_within is None else round(start["mean R@1"] - cfg.r10_within, 6)
+
+
 def fit_joint(head: QueryHead, backbone, train: Sequence[TextSet], dev: Sequence[TextSet], keys: torch.Tensor,
               cfg: JointConfig, out: str | Path, hard: Sequence[Sequence[torch.Tensor]] | None = None,
               train_mask: torch.Tensor | None = None, log: Callable[[dict], None] | None = None,
@@ -151,6 +161,8 @@ def fit_joint(head: QueryHead, backbone, train: Sequence[TextSet], dev: Sequence
     -------
     The kept head and the log (one record per dev check).
     """
+    if keep not in ("best", "last"):
+        raise ValueError(f"keep must be 'best' or 'last', not {keep!r}")
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     gen = random.Random(cfg.seed)
@@ -178,9 +190,6 @@ def fit_joint(head: QueryHead, backbone, train: Sequence[TextSet], dev: Sequence
         row["mean R@10"] = round(sum(row[f"{d.name} R@10"] for d in checks) / max(1, len(checks)), 4)
         return row
 
-    def floor(start: dict) -> float | None:
-        return None if cfg.r10_within is None else start["mean R@1"] - cfg.r10_within
-
     ckpt = out / "checkpoint.pt"
     settings = asdict(cfg) | {"steps": None, "head": head.digest(), "sets": [[s.name, len(s.texts)] for s in train]}
     # (more steps may be asked of a resumed run; every other setting must match)
@@ -193,11 +202,11 @@ def fit_joint(head: QueryHead, backbone, train: Sequence[TextSet], dev: Sequence
         gen.setstate(state["gen"])
         torch.set_rng_state(state["torch"])
         history = state["history"]
-        best = BestCheck(state["best"], state["best_state"], state["waited"], floor(history[0]))
+        best = BestCheck(state["best"], state["best_state"], state["waited"], r1_floor(cfg, history[0]))
         start = history[-1]["step"] + 1
     else:
         history = [check(0, float("nan"))]
-        best, start = BestCheck(history[0], copy.deepcopy(model.state_dict()), floor=floor(history[0])), 1
+        best, start = BestCheck(history[0], copy.deepcopy(model.state_dict()), floor=r1_floor(cfg, history[0])), 1
         if log is not None:
             log(history[0])
     started, running = time.time(), []

@@ -330,16 +330,16 @@ def run(head_path: str, n_context: int | None = None, labels: list[str] | None =
     keys, usable, train_mask = pool_of(index)
     train_s += cleaner(index, usable, trains, train_s, depth=3)
     d = head.config.hidden_size
+    chosen = {label: v for label, v in GRID.items() if labels is None or label in labels}
+    if any(src.endswith("~") for sources, _ in chosen.values() for src in sources):  # C0 without the positive
+        train_s += cache_sets(head, explorer.backbone,
+                              without_positive_c0(*usable_pool(index), trains, head.config.n_context), folder)
     variants = []
-    for label, (sources, overrides) in GRID.items():
-        if labels is None or label in labels:
-            if any(s.endswith("~") for s in sources) and not any(s.name.endswith("~") for s in train_s):
-                train_s += cache_sets(head, explorer.backbone, without_positive_c0(*usable_pool(index), trains,
-                                                                                  head.config.n_context), folder)
-            settings = {"steps": steps} | {k: v for k, v in overrides.items() if k != "centre"}
-            if settings.get("rank") == -1:  # the full d × d map
-                settings["rank"] = d
-            variants.append(Variant(label, sources, StateTrainConfig(**settings), overrides.get("centre", False)))
+    for label, (sources, overrides) in chosen.items():
+        settings = {"steps": steps} | {k: v for k, v in overrides.items() if k != "centre"}
+        if settings.get("rank") == -1:  # the full d × d map
+            settings["rank"] = d
+        variants.append(Variant(label, sources, StateTrainConfig(**settings), overrides.get("centre", False)))
     centred = centred_keys(index)[0] if any(v.centre for v in variants) else None
     rows, heads = run_variants(head, train_s, dev_s, test_s, keys, usable, train_mask, variants, centred=centred,
                                keep=cache_dir() / "adapter_variants")

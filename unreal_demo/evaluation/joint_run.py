@@ -18,7 +18,7 @@ import time
 from dataclasses import asdict
 
 from ..core.cpu import status_line
-from ..core.joint_training import JointConfig, TextSet, fit_joint
+from ..core.joint_training import JointConfig, TextSet, fit_joint, r1_floor
 from ..core.state_training import BestCheck, StateSet, mine
 from ..settings import cache_dir, display_path
 from .adapter_run import (
@@ -91,8 +91,8 @@ def run_joint(head_path: str, cfg: JointConfig, out: str | None = None, save: st
     model, history = fit_joint(head, backbone, train_t, dev_t, dev_keys, cfg, run_folder, hard=hard,
                                train_mask=cand_mask, log=log, keep=keep)
     seconds = round(time.time() - t0, 1)
-    floor = None if cfg.r10_within is None else history[0]["mean R@1"] - cfg.r10_within
-    best = max(history, key=BestCheck(history[0], {}, floor=floor).key) if keep == "best" else history[-1]
+    rule = BestCheck(history[0], {}, floor=r1_floor(cfg, history[0]))  # fit_joint's rule: its kept check
+    best = max(history, key=rule.key) if keep == "best" else history[-1]
     new_dev = cache_sets(model, backbone, devs, folder)
     (new_test,) = cache_sets(model, backbone, [test], folder)
     rank = head.config.adapter_rank
