@@ -202,6 +202,8 @@ def _adapter(args: argparse.Namespace) -> None:
     from .evaluation.adapter_run import GRID, run
 
     head = args.head or str(DEFAULT_HEADS[DEFAULT_MODEL].with_suffix(".json"))
+    if args.n_context is not None and not 0 <= args.n_context <= 16:
+        raise UserError(f"--n-context is |C0|, from 0 to 16 passages, not {args.n_context}")
     if args.joint:
         from .core.joint_training import JointConfig
         from .evaluation.joint_run import run_joint
@@ -212,7 +214,8 @@ def _adapter(args: argparse.Namespace) -> None:
             raise UserError("--r10-within is a recall difference from 0 to 1")
         cfg = JointConfig(steps=args.steps, batch=args.batch, lr_rho=args.lr_rho, lr=args.lr,
                           r10_within=args.r10_within, **({} if args.patience is None else {"patience": args.patience}))
-        result = run_joint(head, cfg, args.out, args.save, train_c0=args.train_c0, keep=args.keep)
+        result = run_joint(head, cfg, args.out, args.save, train_c0=args.train_c0, keep=args.keep,
+                           n_context=args.n_context)
         print(result["markdown"])
         return
     if args.centring_check:

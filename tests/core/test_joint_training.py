@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from unreal_demo.core.head import HeadError, untrained_head
-from unreal_demo.core.joint_training import JointConfig, TextSet, dev_sample, fit_joint
+from unreal_demo.core.joint_training import JointConfig, PrefixCache, TextSet, dev_sample, fit_joint
 from unreal_demo.core.maxsim import normalize_chunks
 from unreal_demo.core.state_training import with_adapter
 
@@ -113,3 +113,12 @@ def test_r10_within_keeps_the_best_recall_at_10_above_the_r1_floor(tiny, tmp_pat
     rows = state["history"]
     first_best = max(rows, key=lambda r: (r["mean R@10"], r["mean R@1"]))
     assert state["best"] == first_best and len(rows) == 5
+
+
+def test_a_prefix_cache_past_its_budget_keeps_nothing_more_and_returns_the_same_prefixes(tiny):
+    head, (train,) = _head(tiny), _data(n=4)[0]
+    picks = [(0, 0), (0, 1), (0, 1), (0, 3)]
+    unbounded, bounded = PrefixCache(tiny, torch.float16), PrefixCache(tiny, torch.float16, budget=1)
+    for a, b in zip(unbounded(head, [train], picks), bounded(head, [train], picks), strict=True):
+        assert a.dtype == b.dtype == torch.float16 and torch.equal(a, b)
+    assert len(unbounded.kv) == 3 and unbounded.kept_bytes > 0 and bounded.kv == {} and bounded.kept_bytes == 0

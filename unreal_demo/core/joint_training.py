@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import random
 import time
 from collections.abc import Callable, Sequence
@@ -75,23 +76,50 @@ def param_groups_lr(cfg: JointConfig) -> dict[str, float]:
 class PrefixCache:
     """Each question's prefix KV (:meth:`QueryHead.prefix_cache`), computed on its first use and kept: while ρ
     trains the prefix ``[sink, C0, x]`` never changes (no P), so later passes run only the R ρ tokens.
-    ``dtype`` None keeps nothing (every pass runs the prefix)."""
+    ``dtype`` None keeps nothing (every pass runs the prefix). ``budget`` bytes bound what is kept (five C0
+    passages take ~12 MB a question in float16): past it a question's prefix is computed, rounded to ``dtype``
+    the same way and used, but not kept, so the states do not depend on the budget, only the time does.
 
-    def __init__(self, backbone, dtype: torch.dtype | None) -> None:
-        self.backbone, self.dtype, self.kv = backbone, dtype, {}
+    >>> PrefixCache(None, torch.float16, budget=0).kept_bytes
+    0
+    """
+
+    def __init__(self, backbone, dtype: torch.dtype | None, budget: float = float("inf")) -> None:
+        self.backbone, self.dtype, self.budget, self.kv, self.kept_bytes = backbone, dtype, budget, {}, 0
 
     def __call__(self, head: QueryHead, sets: Sequence[TextSet], picks: Sequence[tuple[int, int]]
                  ) -> list[torch.Tensor] | None:
         """The prefix KV of questions ``picks`` ((set, question) pairs), or None when nothing is kept."""
         if self.dtype is None:
             return None
+        fresh = {}  # this call's prefixes that were not kept
         missing = [p for p in dict.fromkeys(picks) if (id(sets[p[0]]), p[1]) not in self.kv]
         for s in range(0, len(missing), 16):
             part = missing[s : s + 16]
             kv = head.prefix_cache(self.backbone, [sets[i].texts[j] for i, j in part],
                                    [sets[i].contexts[j] for i, j in part], self.dtype)
-            self.kv |= {(id(sets[i]), j): t for (i, j), t in zip(part, kv, strict=True)}
-        return [self.kv[(id(sets[i]), j)] for i, j in picks]
+            for (i, j), t in zip(part, kv, strict=True):
+                size = t.numel() * t.element_size()
+                if self.kept_bytes + size <= self.budget:
+                    self.kv[(id(sets[i]), j)], self.kept_bytes = t, self.kept_bytes + size
+                else:
+                    fresh[(id(sets[i]), j)] = t
+        return [self.kv.get(k := (id(sets[i]), j), fresh.get(k)) for i, j in picks]
+
+
+def memory_budget(share: float = 0.6) -> float:
+    """Bytes a prefix cache may keep: ``share`` of the memory available now (``MemAvailable`` on Linux, else the
+    free pages), no bound where neither can be read."""
+    try:
+        with open("/proc/meminfo") as f:
+            kib = next(int(line.split()[1]) for line in f if line.startswith("MemAvailable:"))
+        return share * kib * 1024
+    except (OSError, StopIteration, ValueError):
+        pass
+    try:
+        return share * os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return float("inf")
 
 
 def query_vectors(head: QueryHead, backbone, texts: Sequence[str], contexts: Sequence[Sequence[str]],
@@ -175,7 +203,7 @@ def fit_joint(head: QueryHead, backbone, train: Sequence[TextSet], dev: Sequence
     where[cand] = torch.arange(len(cand))
     sets = [i for i, s in enumerate(train) if s.positives]
     checks = dev_sample(dev, cfg.dev_per_set, cfg.seed)
-    prefix = PrefixCache(backbone, getattr(torch, cfg.prefix_cache) if cfg.prefix_cache else None)
+    prefix = PrefixCache(backbone, getattr(torch, cfg.prefix_cache) if cfg.prefix_cache else None, memory_budget())
 
     def check(step: int, loss: float) -> dict:
         row = {"step": step, "loss": round(loss, 4)}

@@ -33,6 +33,7 @@ from .adapter_run import (
     positions,
     score_row,
     usable_pool,
+    with_context,
     without_positive_c0,
 )
 from .results import write_result
@@ -43,7 +44,7 @@ TRAIN_C0 = {"bm25": "C0 = BM25's top chunks", "without-positive": "C0 without th
 
 
 def run_joint(head_path: str, cfg: JointConfig, out: str | None = None, save: str | None = None,
-              log=print, train_c0: str = "bm25", keep: str = "best") -> dict:
+              log=print, train_c0: str = "bm25", keep: str = "best", n_context: int | None = None) -> dict:
     """Train (or resume) the joint fine-tune from ``head_path`` and score it; the best head so far sits in the run
     folder (``<cache>/joint_runs/…/best``) while it trains; ``save`` receives the best head with its fusion weight
     refitted on dev (none when no dev check beat step 0), ``out`` the result JSON. ``train_c0``: each training
@@ -51,7 +52,8 @@ def run_joint(head_path: str, cfg: JointConfig, out: str | None = None, save: st
     (``"without-positive"``, :func:`adapter_run.without_positive_c0`), or each question once with each
     (``"half"``: half the visits); dev and test keep BM25's top chunks, as a search has them. ``keep``: score and
     save the best dev check's state (``"best"``) or the last step's (``"last"``, written even when the best is
-    step 0)."""
+    step 0). ``n_context``: |C0| to train and score with (default: the head's); the starting row reads that many
+    passages with the starting head's weights (:func:`adapter_run.with_context`)."""
     if train_c0 not in TRAIN_C0:
         raise ValueError(f"train_c0 must be one of {', '.join(TRAIN_C0)}, not {train_c0!r}")
     from ..pipeline import Explorer
@@ -59,6 +61,8 @@ def run_joint(head_path: str, cfg: JointConfig, out: str | None = None, save: st
 
     explorer = Explorer.load(head=head_path, require_head=True)
     head, backbone = explorer.head, explorer.backbone
+    if n_context is not None and n_context != head.config.n_context:
+        head = with_context(head, n_context)
     index = Index(shipped_folder(explorer))
     trains, devs, test = cached_sets(index, head.config.n_context, cache_dir() / "adapter_sets")
     folder = cache_dir() / "query_states"
@@ -72,17 +76,17 @@ def run_joint(head_path: str, cfg: JointConfig, out: str | None = None, save: st
     dev_keys, cand_mask = keys[usable], train_mask[usable]
     pool = dev_keys[cand_mask]
 
-    def texts(q, keep: list[int], name: str) -> TextSet:
-        return TextSet(name, [q.texts[i] for i in keep], [q.contexts[i] for i in keep],
-                       [[int(remap[j]) for j in q.positives[i] if remap[j] >= 0] for i in keep])
+    def texts(q, ids: list[int], name: str) -> TextSet:
+        return TextSet(name, [q.texts[i] for i in ids], [q.contexts[i] for i in ids],
+                       [[int(remap[j]) for j in q.positives[i] if remap[j] >= 0] for i in ids])
 
     train_t, hard = [], []
     for q, c in zip(trains, train_s, strict=True):
         natural = q.name.rstrip("~") in NATURAL_SETS  # cleaner()'s rule: natural sets keep their cleaner positives only
-        keep = clean_ids(index, usable, q, DEPTH) if natural else list(range(len(q.texts)))
+        ids = clean_ids(index, usable, q, DEPTH) if natural else list(range(len(q.texts)))
         name = f"{q.name}@{DEPTH}" if natural else q.name
-        train_t.append(texts(q, keep, name))
-        hard.append(mine(head, StateSet(name, c.groups[keep], []), pool, cfg.mined))
+        train_t.append(texts(q, ids, name))
+        hard.append(mine(head, StateSet(name, c.groups[ids], []), pool, cfg.mined))
     dev_t = [texts(q, list(range(len(q.texts))), q.name) for q in devs]
     settings = hashlib.sha1(json.dumps(asdict(cfg) | {"steps": None} | ({"c0": TRAIN_C0[train_c0]}
                                        if train_c0 != "bm25" else {}), sort_keys=True).encode()).hexdigest()[:8]
