@@ -590,9 +590,10 @@ def build_parser() -> argparse.ArgumentParser:
     ad.add_argument("--centring-check", dest="centring_check", action="store_true",
                     help="instead of the grid: score the shipped head and the finished grid variants on raw and on "
                     "centred keys over a fresh dev set (TriviaQA and SQuAD questions no grid run saw)")
-    ad.add_argument("--train-c0", dest="train_c0", choices=("bm25", "without-positive", "half"), default="bm25",
-                    help="--joint: each training question's C0: BM25's top chunks (as a search has them), those that "
-                    "are not its positive, or each question once with each")
+    ad.add_argument("--train-c0", dest="train_c0", choices=("bm25", "without-positive", "half", "quarter"),
+                    default="bm25", help="--joint: each training question's C0: BM25's top chunks (as a search has "
+                    "them), those that are not its positive, or each question once with each (half: drawn alike; "
+                    "quarter: one visit in four without the positive)")
     ad.add_argument("--patience", type=int, default=None,
                     help="--joint: dev checks without a better one before stopping (default 4)")
     ad.add_argument("--r10-within", dest="r10_within", type=float, default=None,

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from unreal_demo.core.head import HeadError, untrained_head
-from unreal_demo.core.joint_training import JointConfig, PrefixCache, TextSet, dev_sample, fit_joint
+from unreal_demo.core.joint_training import JointConfig, PrefixCache, TextSet, dev_sample, draw, fit_joint
 from unreal_demo.core.maxsim import normalize_chunks
 from unreal_demo.core.state_training import with_adapter
 
@@ -122,3 +122,13 @@ def test_a_prefix_cache_past_its_budget_keeps_nothing_more_and_returns_the_same_
     for a, b in zip(unbounded(head, [train], picks), bounded(head, [train], picks), strict=True):
         assert a.dtype == b.dtype == torch.float16 and torch.equal(a, b)
     assert len(unbounded.kv) == 3 and unbounded.kept_bytes > 0 and bounded.kv == {} and bounded.kept_bytes == 0
+
+
+def test_draw_without_weights_repeats_the_runs_before_weights_existed():
+    import random
+
+    gen, old = random.Random(7), random.Random(7)
+    sizes = [4, 0, 9, 2]
+    sets = [0, 2, 3]
+    before = [(i := old.choice(sets), old.randrange(sizes[i])) for _ in range(32)]  # the loop fit_joint had
+    assert draw(gen, sizes, 32) == before

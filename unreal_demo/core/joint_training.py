@@ -167,10 +167,25 @@ def r1_floor(cfg: JointConfig, start: dict) -> float | None:
     return None if cfg.r10_within is None else round(start["mean R@1"] - cfg.r10_within, 6)
 
 
+def draw(gen: random.Random, sizes: Sequence[int], batch: int, weights: Sequence[float] | None = None
+         ) -> list[tuple[int, int]]:
+    """A batch's questions as (set, question) pairs: a set (alike among those of non-zero size, or by ``weights``),
+    then one of its questions, uniformly.
+
+    >>> sorted({i for i, _ in draw(random.Random(0), [5, 0, 3], 50)})   # an empty set is never drawn
+    [0, 2]
+    >>> sum(i == 0 for i, _ in draw(random.Random(0), [5, 5], 4000, weights=[3, 1])) / 4000
+    0.74825
+    """
+    sets = [i for i, n in enumerate(sizes) if n]
+    return [(i := gen.choice(sets) if weights is None else gen.choices(sets, [weights[k] for k in sets])[0],
+             gen.randrange(sizes[i])) for _ in range(batch)]
+
+
 def fit_joint(head: QueryHead, backbone, train: Sequence[TextSet], dev: Sequence[TextSet], keys: torch.Tensor,
               cfg: JointConfig, out: str | Path, hard: Sequence[Sequence[torch.Tensor]] | None = None,
               train_mask: torch.Tensor | None = None, log: Callable[[dict], None] | None = None,
-              keep: str = "best") -> tuple[QueryHead, list[dict]]:
+              keep: str = "best", weights: Sequence[float] | None = None) -> tuple[QueryHead, list[dict]]:
     """Fine-tune ρ, α and the adapter of a copy of ``head`` jointly (Eq. 6), resumable from ``out``.
 
     Parameters
@@ -184,6 +199,7 @@ def fit_joint(head: QueryHead, backbone, train: Sequence[TextSet], dev: Sequence
         same folder resumes.
     keep : ``"best"`` (the best dev check) or ``"last"`` (the state of the last step run: to read a trade-off the
         best-check rule does not keep).
+    weights : per train set, how often a batch question comes from it relative to the others (default: alike).
 
     Returns
     -------
@@ -201,7 +217,6 @@ def fit_joint(head: QueryHead, backbone, train: Sequence[TextSet], dev: Sequence
     pool = keys[cand]  # (C, L_p, d)
     where = torch.full((len(keys),), -1, dtype=torch.long)
     where[cand] = torch.arange(len(cand))
-    sets = [i for i, s in enumerate(train) if s.positives]
     checks = dev_sample(dev, cfg.dev_per_set, cfg.seed)
     prefix = PrefixCache(backbone, getattr(torch, cfg.prefix_cache) if cfg.prefix_cache else None, memory_budget())
 
@@ -219,7 +234,8 @@ def fit_joint(head: QueryHead, backbone, train: Sequence[TextSet], dev: Sequence
         return row
 
     ckpt = out / "checkpoint.pt"
-    settings = asdict(cfg) | {"steps": None, "head": head.digest(), "sets": [[s.name, len(s.texts)] for s in train]}
+    settings = asdict(cfg) | {"steps": None, "head": head.digest(), "sets": [[s.name, len(s.texts)] for s in train]} | (
+        {"weights": list(weights)} if weights is not None else {})
     # (more steps may be asked of a resumed run; every other setting must match)
     if ckpt.exists():
         state = torch.load(ckpt, weights_only=False)
@@ -241,7 +257,7 @@ def fit_joint(head: QueryHead, backbone, train: Sequence[TextSet], dev: Sequence
     for step in range(start, cfg.steps + 1):
         if best.waited >= cfg.patience:
             break
-        picks = [(i := gen.choice(sets), gen.randrange(len(train[i].texts))) for _ in range(cfg.batch)]
+        picks = draw(gen, [len(t.texts) if t.positives else 0 for t in train], cfg.batch, weights)
         pos = [where[torch.tensor(train[i].positives[j])] for i, j in picks]  # pool positions (−1: not one)
         mined = [hard[i][j] for i, j in picks] if hard is not None else []
         step_cand, positive = step_candidates(pos, mined, len(cand), cfg.sampled)

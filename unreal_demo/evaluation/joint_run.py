@@ -40,7 +40,8 @@ from .results import write_result
 
 DEPTH = 3  # the cleaner positives' BM25 depth (the grid's best row)
 TRAIN_C0 = {"bm25": "C0 = BM25's top chunks", "without-positive": "C0 without the positive",
-            "half": "half the visits with C0 without the positive"}
+            "half": "half the visits with C0 without the positive",
+            "quarter": "a quarter of the visits with C0 without the positive"}
 
 
 def run_joint(head_path: str, cfg: JointConfig, out: str | None = None, save: str | None = None,
@@ -50,10 +51,10 @@ def run_joint(head_path: str, cfg: JointConfig, out: str | None = None, save: st
     refitted on dev (none when no dev check beat step 0), ``out`` the result JSON. ``train_c0``: each training
     question's C0 is BM25's top chunks (``"bm25"``), BM25's top chunks that are not its positive
     (``"without-positive"``, :func:`adapter_run.without_positive_c0`), or each question once with each
-    (``"half"``: half the visits); dev and test keep BM25's top chunks, as a search has them. ``keep``: score and
-    save the best dev check's state (``"best"``) or the last step's (``"last"``, written even when the best is
-    step 0). ``n_context``: |C0| to train and score with (default: the head's); the starting row reads that many
-    passages with the starting head's weights (:func:`adapter_run.with_context`)."""
+    (``"half"``: half the visits; ``"quarter"``: a quarter); dev and test keep BM25's top chunks, as a search
+    has them. ``keep``: score and save the best dev check's state (``"best"``) or the last step's (``"last"``,
+    written even when the best is step 0). ``n_context``: |C0| to train and score with (default: the head's); the
+    starting row reads that many passages with the starting head's weights (:func:`adapter_run.with_context`)."""
     if train_c0 not in TRAIN_C0:
         raise ValueError(f"train_c0 must be one of {', '.join(TRAIN_C0)}, not {train_c0!r}")
     from ..pipeline import Explorer
@@ -69,6 +70,7 @@ def run_joint(head_path: str, cfg: JointConfig, out: str | None = None, save: st
     if train_c0 != "bm25":
         masked = without_positive_c0(*usable_pool(index), trains, head.config.n_context)
         trains = masked if train_c0 == "without-positive" else trains + masked
+    weights = [3.0] * (len(trains) // 2) + [1.0] * (len(trains) // 2) if train_c0 == "quarter" else None
     train_s, dev_s = cache_sets(head, backbone, trains, folder), cache_sets(head, backbone, devs, folder)
     (test_s,) = cache_sets(head, backbone, [test], folder)
     keys, usable, train_mask = pool_of(index)
@@ -93,7 +95,7 @@ def run_joint(head_path: str, cfg: JointConfig, out: str | None = None, save: st
     run_folder = cache_dir() / "joint_runs" / f"{head.digest()[:12]}-{settings}"  # more --steps resume the run
     t0 = time.time()
     model, history = fit_joint(head, backbone, train_t, dev_t, dev_keys, cfg, run_folder, hard=hard,
-                               train_mask=cand_mask, log=log, keep=keep)
+                               train_mask=cand_mask, log=log, keep=keep, weights=weights)
     seconds = round(time.time() - t0, 1)
     rule = BestCheck(history[0], {}, floor=r1_floor(cfg, history[0]))  # fit_joint's rule: its kept check
     best = max(history, key=rule.key) if keep == "best" else history[-1]
