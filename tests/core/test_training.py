@@ -103,6 +103,13 @@ def test_shipped_ablations_file_reads_as_sweeps():
     known["query-adapter"] = set(GRID) | {"shipped head (no adapter)", "shipped head (no adapter), keys centred",
                                           "BM25", "dense MiniLM"}  # `adapter` command
     known["query-adapter-c0-5"] = known["centring-fresh-dev"] = known["query-adapter"]  # --n-context 5, centring
+    joint = sweeps.pop("joint-fine-tune")  # `adapter --joint` runs: each row is one of its result file's rows
+    for row in joint["rows"]:
+        result = json.loads((PRECOMPUTED.parent / row["result"]).read_text())
+        assert result["n_context"] == row["|C0|"] and row["variant"].startswith(("starting head", "joint fine-tune"))
+        assert any(all(r.get(k) == v for k, v in row.items() if "R@" in k or k in ("parameters", "best step"))
+                   for r in result["rows"]), row["variant"]
+    assert joint["markdown"].startswith("| variant |") and joint["command"].count("--joint") == len(joint["rows"]) - 1
     assert sweeps and set(sweeps) <= set(known)
     for name, result in sweeps.items():
         assert all(r["variant"] in known[name] for r in result["rows"])
