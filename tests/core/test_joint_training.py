@@ -132,3 +132,9 @@ def test_draw_without_weights_repeats_the_runs_before_weights_existed():
     sets = [0, 2, 3]
     before = [(i := old.choice(sets), old.randrange(sizes[i])) for _ in range(32)]  # the loop fit_joint had
     assert draw(gen, sizes, 32) == before
+
+
+def test_weights_must_name_every_train_set(tiny, tmp_path):
+    train, dev, keys = _data()
+    with pytest.raises(ValueError, match="2 weights for 1 train sets"):
+        fit_joint(_head(tiny), tiny, train, dev, keys, JointConfig(steps=1), tmp_path, weights=[3.0, 1.0])

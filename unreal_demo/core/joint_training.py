@@ -77,8 +77,9 @@ class PrefixCache:
     """Each question's prefix KV (:meth:`QueryHead.prefix_cache`), computed on its first use and kept: while ρ
     trains the prefix ``[sink, C0, x]`` never changes (no P), so later passes run only the R ρ tokens.
     ``dtype`` None keeps nothing (every pass runs the prefix). ``budget`` bytes bound what is kept (five C0
-    passages take ~12 MB a question in float16): past it a question's prefix is computed, rounded to ``dtype``
-    the same way and used, but not kept, so the states do not depend on the budget, only the time does.
+    passages make each prefix more than twice as long as two): past it a question's prefix is computed on each visit,
+    rounded to ``dtype`` the same way and used, but not kept — the same states up to float rounding (another
+    visit batches it with other questions, so its padding differs); only the time depends on the budget.
 
     >>> PrefixCache(None, torch.float16, budget=0).kept_bytes
     0
@@ -199,7 +200,8 @@ def fit_joint(head: QueryHead, backbone, train: Sequence[TextSet], dev: Sequence
         same folder resumes.
     keep : ``"best"`` (the best dev check) or ``"last"`` (the state of the last step run: to read a trade-off the
         best-check rule does not keep).
-    weights : per train set, how often a batch question comes from it relative to the others (default: alike).
+    weights : per train set, how often a batch question comes from it relative to the others (default: alike;
+        equal weights draw other batches than None, which repeats the runs from before weights existed).
 
     Returns
     -------
@@ -207,6 +209,8 @@ def fit_joint(head: QueryHead, backbone, train: Sequence[TextSet], dev: Sequence
     """
     if keep not in ("best", "last"):
         raise ValueError(f"keep must be 'best' or 'last', not {keep!r}")
+    if weights is not None and len(weights) != len(train):
+        raise ValueError(f"{len(weights)} weights for {len(train)} train sets")
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     gen = random.Random(cfg.seed)

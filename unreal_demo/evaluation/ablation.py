@@ -220,7 +220,7 @@ def _write(path: Path, sweep: str, rows: dict, bm25_row: dict, steps: int, n_q: 
     sweeps = read_sweeps(path) | {sweep: result}
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"sweeps": {k: sweeps[k] for k in SWEEPS if k in sweeps}}, indent=2,
-                              ensure_ascii=False))
+    ordered = {k: sweeps[k] for k in SWEEPS if k in sweeps} | sweeps  # other commands' sweeps (adapter) are kept
+    tmp.write_text(json.dumps({"sweeps": ordered}, indent=2, ensure_ascii=False) + "\n")
     tmp.replace(path)
     return result

@@ -67,10 +67,12 @@ def run_joint(head_path: str, cfg: JointConfig, out: str | None = None, save: st
     index = Index(shipped_folder(explorer))
     trains, devs, test = cached_sets(index, head.config.n_context, cache_dir() / "adapter_sets")
     folder = cache_dir() / "query_states"
+    weights = None
     if train_c0 != "bm25":
         masked = without_positive_c0(*usable_pool(index), trains, head.config.n_context)
+        if train_c0 == "quarter":
+            weights = [3.0] * len(trains) + [1.0] * len(masked)
         trains = masked if train_c0 == "without-positive" else trains + masked
-    weights = [3.0] * (len(trains) // 2) + [1.0] * (len(trains) // 2) if train_c0 == "quarter" else None
     train_s, dev_s = cache_sets(head, backbone, trains, folder), cache_sets(head, backbone, devs, folder)
     (test_s,) = cache_sets(head, backbone, [test], folder)
     keys, usable, train_mask = pool_of(index)
