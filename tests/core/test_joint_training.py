@@ -29,8 +29,8 @@ def test_trains_rho_alpha_and_adapter_and_keeps_the_backbone_frozen(tiny, tmp_pa
     head = _head(tiny)
     cfg = JointConfig(steps=3, batch=4, lr_rho=1e-2, lr=1e-2, dev_every=3, sampled=8, dev_per_set=4, patience=9)
     before = {n: p.detach().clone() for n, p in tiny.model.named_parameters()}
-    model, log = fit_joint(head, tiny, train, dev, keys, cfg, tmp_path)
-    trained, _ = fit_joint(head, tiny, train, dev, keys, cfg, tmp_path)  # resumed: nothing left to run
+    model, log, _ = fit_joint(head, tiny, train, dev, keys, cfg, tmp_path)
+    trained, _, _ = fit_joint(head, tiny, train, dev, keys, cfg, tmp_path)  # resumed: nothing left to run
     state = torch.load(tmp_path / "checkpoint.pt", weights_only=False)["model"]
     for name in ("rho", "alpha", "adapter_u"):
         assert not torch.equal(state[name], head.state_dict()[name]), name
@@ -97,8 +97,8 @@ def test_training_on_cached_prefixes_equals_training_on_the_text(tiny, tmp_path)
 def test_keep_last_returns_the_last_step_and_best_the_best_check(tiny, tmp_path):
     train, dev, keys = _data()
     cfg = JointConfig(steps=4, batch=4, lr_rho=1e-2, lr=1e-2, dev_every=2, sampled=8, dev_per_set=4, patience=9)
-    last, _ = fit_joint(_head(tiny), tiny, train, dev, keys, cfg, tmp_path, keep="last")
-    best, log = fit_joint(_head(tiny), tiny, train, dev, keys, cfg, tmp_path)  # resumed: nothing left to run
+    last, _, _ = fit_joint(_head(tiny), tiny, train, dev, keys, cfg, tmp_path, keep="last")
+    best, log, _ = fit_joint(_head(tiny), tiny, train, dev, keys, cfg, tmp_path)  # resumed: nothing left to run
     state = torch.load(tmp_path / "checkpoint.pt", weights_only=False)
     assert torch.equal(last.rho, state["model"]["rho"])  # the step-4 state
     assert torch.equal(best.rho, state["best_state"]["rho"]) and [r["step"] for r in log] == [0, 2, 4]

@@ -186,7 +186,7 @@ def draw(gen: random.Random, sizes: Sequence[int], batch: int, weights: Sequence
 def fit_joint(head: QueryHead, backbone, train: Sequence[TextSet], dev: Sequence[TextSet], keys: torch.Tensor,
               cfg: JointConfig, out: str | Path, hard: Sequence[Sequence[torch.Tensor]] | None = None,
               train_mask: torch.Tensor | None = None, log: Callable[[dict], None] | None = None,
-              keep: str = "best", weights: Sequence[float] | None = None) -> tuple[QueryHead, list[dict]]:
+              keep: str = "best", weights: Sequence[float] | None = None) -> tuple[QueryHead, list[dict], dict]:
     """Fine-tune ρ, α and the adapter of a copy of ``head`` jointly (Eq. 6), resumable from ``out``.
 
     Parameters
@@ -205,7 +205,8 @@ def fit_joint(head: QueryHead, backbone, train: Sequence[TextSet], dev: Sequence
 
     Returns
     -------
-    The kept head and the log (one record per dev check).
+    The kept head, the log (one record per dev check) and the kept head's record: the best check's, or with
+    ``keep="last"`` the last one's.
     """
     if keep not in ("best", "last"):
         raise ValueError(f"keep must be 'best' or 'last', not {keep!r}")
@@ -221,6 +222,7 @@ def fit_joint(head: QueryHead, backbone, train: Sequence[TextSet], dev: Sequence
     pool = keys[cand]  # (C, L_p, d)
     where = torch.full((len(keys),), -1, dtype=torch.long)
     where[cand] = torch.arange(len(cand))
+    sizes = [len(t.texts) if t.positives else 0 for t in train]  # a set without positives is never drawn
     checks = dev_sample(dev, cfg.dev_per_set, cfg.seed)
     prefix = PrefixCache(backbone, getattr(torch, cfg.prefix_cache) if cfg.prefix_cache else None, memory_budget())
 
@@ -261,7 +263,7 @@ def fit_joint(head: QueryHead, backbone, train: Sequence[TextSet], dev: Sequence
     for step in range(start, cfg.steps + 1):
         if best.waited >= cfg.patience:
             break
-        picks = draw(gen, [len(t.texts) if t.positives else 0 for t in train], cfg.batch, weights)
+        picks = draw(gen, sizes, cfg.batch, weights)
         pos = [where[torch.tensor(train[i].positives[j])] for i, j in picks]  # pool positions (−1: not one)
         mined = [hard[i][j] for i, j in picks] if hard is not None else []
         step_cand, positive = step_candidates(pos, mined, len(cand), cfg.sampled)
@@ -287,4 +289,4 @@ def fit_joint(head: QueryHead, backbone, train: Sequence[TextSet], dev: Sequence
         model.load_state_dict(best.state)
     for p in model.parameters():
         p.requires_grad_(True)
-    return model.eval(), history
+    return model.eval(), history, best.row if keep == "best" else history[-1]

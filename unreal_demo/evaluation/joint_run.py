@@ -18,8 +18,8 @@ import time
 from dataclasses import asdict
 
 from ..core.cpu import status_line
-from ..core.joint_training import JointConfig, TextSet, fit_joint, r1_floor
-from ..core.state_training import BestCheck, StateSet, mine
+from ..core.joint_training import JointConfig, TextSet, fit_joint
+from ..core.state_training import StateSet, mine
 from ..settings import cache_dir, display_path
 from .adapter_run import (
     NATURAL_SETS,
@@ -96,11 +96,9 @@ def run_joint(head_path: str, cfg: JointConfig, out: str | None = None, save: st
                                        if train_c0 != "bm25" else {}), sort_keys=True).encode()).hexdigest()[:8]
     run_folder = cache_dir() / "joint_runs" / f"{head.digest()[:12]}-{settings}"  # more --steps resume the run
     t0 = time.time()
-    model, history = fit_joint(head, backbone, train_t, dev_t, dev_keys, cfg, run_folder, hard=hard,
+    model, history, best = fit_joint(head, backbone, train_t, dev_t, dev_keys, cfg, run_folder, hard=hard,
                                train_mask=cand_mask, log=log, keep=keep, weights=weights)
     seconds = round(time.time() - t0, 1)
-    rule = BestCheck(history[0], {}, floor=r1_floor(cfg, history[0]))  # fit_joint's rule: its kept check
-    best = max(history, key=rule.key) if keep == "best" else history[-1]
     new_dev = cache_sets(model, backbone, devs, folder)
     (new_test,) = cache_sets(model, backbone, [test], folder)
     rank = head.config.adapter_rank
