@@ -176,7 +176,7 @@ def _bench(args: argparse.Namespace) -> None:
     from tqdm import tqdm
 
     from .evaluation.longcontext.contexts import parse_lengths
-    from .evaluation.longcontext.run import parse_shard, run_benchmark
+    from .evaluation.longcontext.run import parse_shard, refuse_answering, run_benchmark
     from .evaluation.qa import BOUNDS
     from .pipeline import Explorer
 
@@ -185,6 +185,7 @@ def _bench(args: argparse.Namespace) -> None:
     except ValueError as exc:
         raise InputError(f"--lengths/--n: {exc}") from None
     methods = retrieval.check(args.methods.split(","), "document", BOUNDS)
+    refuse_answering(methods, not args.evidence_only)
     if bad := [n for n in ns if n < 1]:
         raise InputError(f"--n must be at least 1: {bad}")
     if args.sample < 1:
@@ -194,7 +195,8 @@ def _bench(args: argparse.Namespace) -> None:
     with tqdm(total=1000, bar_format="{desc}{percentage:3.0f}% |{bar}| [{elapsed}<{remaining}]") as bar:
         result = run_benchmark(explorer, args.sample, lengths, ns, methods, args.seed, args.out, args.distractors,
                                progress=lambda f, text: (bar.set_description(text),
-                                                         bar.update(round(1000 * f) - bar.n)), shard=shard)
+                                                         bar.update(round(1000 * f) - bar.n)), shard=shard,
+                               answer=not args.evidence_only)
     print(json.dumps(result) if args.json else result["markdown"])
 
 
@@ -564,6 +566,9 @@ def build_parser() -> argparse.ArgumentParser:
     bn.add_argument("--shard", default=None, metavar="K/N",
                     help="run only the K-th of every N questions: N processes (one per core) share the answer "
                          "cache; one run without --shard then writes the whole result from it")
+    bn.add_argument("--evidence-only", action="store_true",
+                    help="measure selection alone (evidence recall@n of each method), nothing answered: minutes "
+                         "instead of hours; full, none and oracle, which only answer, are refused")
     bn.add_argument("--out", default=None, help="write the JSON result here")
     bn.add_argument("--json", action="store_true")
     model_flags(bn, dtype=True)

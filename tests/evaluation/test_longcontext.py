@@ -245,6 +245,39 @@ class TestRun:
             check(["bm25", "gold"], "document", BOUNDS)
         assert check(["none", "bm25", "none", ""], "document", BOUNDS) == ["none", "bm25"]  # each once
 
+    def test_evidence_only_selects_what_an_answered_run_selects(self, explorer, monkeypatch, tmp_path):
+        monkeypatch.setenv("UNREAL_CACHE", str(tmp_path))
+        monkeypatch.setattr(answers, "ANSWER_RULE", AnswerRule(2))
+        monkeypatch.setattr(longcontext_eval, "ANSWER_RULE", AnswerRule(2))
+        count, offsets = tokenizer_counters(explorer.backbone.tokenizer)
+        items = [Item(str(k), f"What is secret {k}?", (str(1000 + k),), GOLDS[k], d)
+                 for k, d in zip(range(3), (0.0, 0.5, 1.0), strict=True)]
+        b = Builder(items, build_pool(POOL_TEXTS, GOLDS, 0), count, offsets)
+        generated = []
+        monkeypatch.setattr(answers, "stream_answer", lambda *a, **k: generated.append(a) or iter(()))
+        evidence = run_longcontext(explorer, b, [300, 900], [1, 2, 5], ("unreal", "bm25"), answer=False)
+        assert generated == []  # nothing answered
+        assert len(evidence["rows"]) == 3 * 2 * 2  # one row per question, length and method
+        assert {len(r["found"]) for r in evidence["rows"]} == {3} and evidence["ns"] == [1, 2, 5]
+        monkeypatch.undo()
+        monkeypatch.setenv("UNREAL_CACHE", str(tmp_path))
+        monkeypatch.setattr(answers, "ANSWER_RULE", AnswerRule(2))
+        monkeypatch.setattr(longcontext_eval, "ANSWER_RULE", AnswerRule(2))
+        answered = run_longcontext(explorer, b, [300, 900], [1, 2, 5], ("unreal", "bm25"))
+
+        def recall(rows):
+            return sorted((r["id"], r["length"], r["method"], r["n"], r["recall"]) for r in rows)
+
+        assert recall(longcontext_eval.per_answer(evidence["rows"], [1, 2, 5])) == recall(answered["rows"])
+        cells = {(r["method"], r["length"], r["n"]): r for r in evidence["table"]}
+        for r in answered["table"]:
+            assert cells[r["method"], r["length"], r["n"]]["recall"] == r["recall"] and "f1" not in cells[
+                r["method"], r["length"], r["n"]]
+        text = markdown(evidence["table"], longcontext_eval.per_answer(evidence["rows"], [1, 2, 5]))
+        assert text.startswith("Evidence recall@n") and "| unreal | 0.9K | 3 |" in text and "McNemar" in text
+        with pytest.raises(InputError, match="only answer"):
+            run_longcontext(explorer, b, [300], [1], ("unreal", "full"), answer=False)
+
 
 def test_shards_are_checked_before_the_model_loads():
     from unreal_demo.evaluation.longcontext.run import parse_shard

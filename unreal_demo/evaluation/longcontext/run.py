@@ -89,22 +89,55 @@ class ContextEncoder:
         return texts, doc_of, torch.cat(parts)
 
 
+def refuse_answering(methods: Sequence[str], answer: bool) -> None:
+    """Refuse full context and the bounds in an evidence-only run (``answer=False``): they select nothing.
+
+    Raises
+    ------
+    InputError
+        Naming the methods that only answer.
+    """
+    if not answer and (answering := [m for m in methods if m == "full" or m in BOUNDS]):
+        raise InputError(f"{', '.join(answering)} only answer(s): an evidence-only run measures selection; leave "
+                         "them out of --methods, or drop --evidence-only")
+
+
+def per_answer(rows: list[dict], ns: Sequence[int]) -> list[dict]:
+    """An evidence-only run's rows (one per question, length and method, ``"found"`` a string of 0/1 per n in
+    ``ns``) as one row per n with its ``recall``, the form of an answered run's rows; other rows unchanged.
+
+    >>> per_answer([{"id": "0", "method": "bm25", "found": "01"}], [1, 3])
+    [{'id': '0', 'method': 'bm25', 'n': 1, 'recall': 0.0}, {'id': '0', 'method': 'bm25', 'n': 3, 'recall': 1.0}]
+    """
+    out = []
+    for r in rows:
+        if "found" not in r:
+            out.append(r)
+            continue
+        base = {k: v for k, v in r.items() if k != "found"}
+        out += [base | {"n": n, "recall": float(bit == "1")} for n, bit in zip(ns, r["found"], strict=True)]
+    return out
+
+
 def summarize(rows: list[dict]) -> list[dict]:
-    """Mean EM, F1, contained and evidence recall per (method, length, n), with 95% intervals."""
+    """Mean EM, F1, contained and evidence recall per (method, length, n), with 95% intervals; rows without
+    answers (an evidence-only run, :func:`per_answer`) give recall alone."""
     groups: dict[tuple, list[dict]] = {}
     for r in rows:
         groups.setdefault((r["method"], r["length"], r["n"]), []).append(r)
     out = []
     for (method, length, n), rs in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2] or 0)):
-        fit = [r for r in rs if r["fits"]]
+        fit = [r for r in rs if r.get("fits", True)]  # an evidence-only row has no prompt to fit
         row = {"method": method, "length": length, "label": label(length), "n": n, "questions": len(rs),
                "fits": len(fit) == len(rs)}
         if fit:
+            recall = statistics.fmean(r["recall"] for r in fit)
+            row |= {"recall": round(recall, 4), "recall_ci": wilson(recall, len(fit))}
+        if fit and "f1" in fit[0]:
             em = statistics.fmean(r["em"] for r in fit)
             row |= {"em": round(em, 4), "em_ci": wilson(em, len(fit)), "f1": mean_ci([r["f1"] for r in fit]),
                     "contained": round(statistics.fmean(r["contained"] for r in fit), 4),
                     "contained_ci": wilson(statistics.fmean(r["contained"] for r in fit), len(fit)),
-                    "recall": round(statistics.fmean(r["recall"] for r in fit), 4),
                     "prompt_tokens": round(statistics.fmean(r["prompt_tokens"] for r in fit))}
             for part, keep in (("hit", 1.0), ("miss", 0.0)):  # accuracy = recall·F1|hit + (1 − recall)·F1|miss
                 some = [r["f1"] for r in fit if r["recall"] == keep]
@@ -121,14 +154,19 @@ def summarize(rows: list[dict]) -> list[dict]:
 def run_longcontext(explorer, builder: Builder, lengths: Sequence[int], ns: Sequence[int],
                     methods: Sequence[str] = ("unreal", "bm25", "full"),
                     progress: Callable[[float, str], None] | None = None, answers: AnswerCache | None = None,
-                    on_length: Callable[[dict], None] | None = None, shard: tuple[int, int] = (1, 1)) -> dict:
+                    on_length: Callable[[dict], None] | None = None, shard: tuple[int, int] = (1, 1),
+                    answer: bool = True) -> dict:
     """Run every item at every length with every method; rows per answer plus the summary table.
 
-    ``on_length`` receives the result so far each time a length is complete (all its questions), so a
+    ``answer=False`` measures selection alone (evidence recall@n, no prompt is answered: minutes instead of
+    hours): one row per question, length and method, whose ``"found"`` says for each n whether the gold chunk
+    was among the n selected (:func:`per_answer` expands it); full context and the bounds, which only answer,
+    are refused. ``on_length`` receives the result so far each time a length is complete (all its questions), so a
     long run can be written as it goes. ``cpu_seconds`` gives each length's process CPU time. ``shard``
     ``(k, N)`` runs only the k-th of every N questions (k from 1): N processes sharing the answer cache split a
     run, and one run without a shard then assembles the whole result from the cache."""
     methods = check(methods, "document", BOUNDS)
+    refuse_answering(methods, answer)
     backbone, head = explorer.backbone, explorer.head
     encoder = ContextEncoder(builder, backbone, head)
     answers = answers or answer_cache("longcontext")
@@ -139,7 +177,8 @@ def run_longcontext(explorer, builder: Builder, lengths: Sequence[int], ns: Sequ
     jobs = [(item, length) for length in lengths for item in mine]
 
     def so_far() -> dict:
-        return {"rows": rows, "table": summarize(rows), "seconds": {k: round(v, 1) for k, v in seconds.items()},
+        return {"rows": rows, "table": summarize(per_answer(rows, ns)), "ns": list(ns),
+                "seconds": {k: round(v, 1) for k, v in seconds.items()},
                 "cpu_seconds": {k: round(v, 1) for k, v in cpu.items()}, "lengths_done": list(cpu)}
 
     for j, (item, length) in enumerate(jobs):
@@ -162,6 +201,11 @@ def run_longcontext(explorer, builder: Builder, lengths: Sequence[int], ns: Sequ
         t2 = time.perf_counter()
         base = {"id": item.id, "length": length, "tokens": ctx.tokens, "chunks": len(texts), "depth": item.depth}
         for method, scores in rankings.items():
+            if not answer:
+                found = "".join("1" if gold & set(select_top_n(scores, min(n, len(texts)))) else "0" for n in ns)
+                rows.append({"id": item.id, "length": length, "method": method, "found": found,
+                             "retrieval_cpu_s": spent[method]})
+                continue
             for n in ns:
                 chosen = select_top_n(scores, min(n, len(texts)))
                 rows.append(base | {"method": method, "n": n, "retrieval_cpu_s": spent[method]}
@@ -220,21 +264,22 @@ def parse_shard(text: str | None, out: str | None = None) -> tuple[int, int]:
 
 def run_benchmark(explorer, sample: int, lengths: Sequence[int], ns: Sequence[int], methods: Sequence[str],
                   seed: int = 0, out: str | None = None, distractors: str = "pool",
-                  progress: Callable[[float, str], None] | None = None, shard: tuple[int, int] = (1, 1)) -> dict:
+                  progress: Callable[[float, str], None] | None = None, shard: tuple[int, int] = (1, 1),
+                  answer: bool = True) -> dict:
     """The benchmark on the offline data; the result (rows, summary, markdown, CPU time per length).
 
     With ``out``, the result is written each time a length is complete (``"complete": false`` and the
     setting saying which lengths are done until the last), so a stopped run leaves what it measured.
 
-    ``distractors``: ``"pool"`` or ``"same-topic"`` (:data:`.contexts.DISTRACTORS`); ``shard``: see
-    :func:`run_longcontext`."""
+    ``distractors``: ``"pool"`` or ``"same-topic"`` (:data:`.contexts.DISTRACTORS`); ``shard`` and ``answer``:
+    see :func:`run_longcontext`."""
     from .contexts import DISTRACTORS, offline_builder
 
     t0 = time.perf_counter()
     k, parts = shard
     part = "" if parts == 1 else f"; shard {k}/{parts}: questions {k}, {k + parts}, … only"
     builder = offline_builder(explorer.backbone.tokenizer, sample, seed, distractors)
-    answers = answer_cache("longcontext", keep=keeps(out))
+    answers = answer_cache("longcontext", keep=answer and keeps(out))  # evidence only adds none
 
     def written(partial: dict) -> dict:
         done = partial["lengths_done"]
@@ -245,14 +290,16 @@ def run_benchmark(explorer, sample: int, lengths: Sequence[int], ns: Sequence[in
             "setting": f"{len(builder.items)} SQuAD-Shifts New-Wiki questions (seed {seed}); "
                        f"{DISTRACTORS[distractors]}; distractor pool {len(builder.pool):,} passages (Wikipedia "
                        "summaries, Paul Graham essays, a Gutenberg novel); model "
-                       f"{explorer.backbone.name}, head {explorer.head_source}; prompt {DEFAULT_PROMPT}, greedy, "
-                       f"{ANSWER_RULE.name}{part}{left}",
-            "wall_seconds": round(time.perf_counter() - t0, 1), "markdown": markdown(partial["table"], partial["rows"]),
+                       f"{explorer.backbone.name}, head {explorer.head_source}; "
+                       + (f"prompt {DEFAULT_PROMPT}, greedy, {ANSWER_RULE.name}" if answer
+                          else "evidence only: which chunks each method selects, nothing answered") + f"{part}{left}",
+            "wall_seconds": round(time.perf_counter() - t0, 1),
+            "markdown": markdown(partial["table"], per_answer(partial["rows"], ns)),
         }
         return write_result(result, out, explorer)
 
     result = run_longcontext(explorer, builder, lengths, ns, methods, progress, answers,
-                             on_length=written if out else None, shard=shard)
+                             on_length=written if out else None, shard=shard, answer=answer)
     if answers.export_every:
         answers.export()
     return written(result)
