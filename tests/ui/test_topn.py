@@ -32,3 +32,27 @@ def test_the_cells_table_shows_what_each_cell_cost():
     assert frame.loc[0, "CPU s / answer"] == 6.5 and frame.loc[0, "selection CPU s"] == 0.4
     assert list(frame["method"]) == ["unreal", "bm25", "full", "oracle"]  # the registry's order, bounds last
     assert list(frame["n"]) == [5, 5, "all", "—"]  # a bound selects nothing; full context takes every chunk
+
+
+def test_an_earlier_heads_result_points_to_the_loaded_heads_own_evidence(monkeypatch, tmp_path):
+    from types import SimpleNamespace
+
+    from unreal_demo.evaluation.results import head_digest
+    from unreal_demo.settings import PRECOMPUTED
+
+    head = PRECOMPUTED / "heads" / "smollm2-135m-mix-alpha" / "head.json"
+    loader = SimpleNamespace(head_path=head, head_source="the default head")
+    monkeypatch.setattr(topn, "PRECOMPUTED", tmp_path)
+    answered = {"setting": "s", "table": [], "provenance": {"head": "old", "head_digest": "0" * 12, "command": "c"}}
+    cell = {"n": 1, "recall": 0.5, "length": 2000}
+    evidence = {"table": [cell | {"method": "unreal", "recall": 0.98}, cell | {"method": "bm25"},
+                          cell | {"method": "unreal", "n": 3, "recall": 1.0}],
+                "provenance": {"head_digest": head_digest(head), "command": "bench longcontext --evidence-only"}}
+    assert "own selection" not in topn.describe_result(answered, "pool", loader)  # no evidence run yet
+    (tmp_path / topn.EVIDENCE["pool"]).write_text(json.dumps(evidence))
+    text = topn.describe_result(answered, "pool", loader)
+    assert "⚠ this result was made with head old" in text
+    assert "evidence recall@1 at 2K tokens: UNREAL 0.98; BM25 0.50" in text and "--evidence-only" in text
+    evidence["provenance"]["head_digest"] = "1" * 12  # an evidence run of a third head says nothing
+    (tmp_path / topn.EVIDENCE["pool"]).write_text(json.dumps(evidence))
+    assert "own selection" not in topn.describe_result(answered, "pool", loader)

@@ -10,6 +10,7 @@ import pandas as pd
 from ...errors import UserError
 from ...evaluation.longcontext.contexts import DISTRACTORS, label
 from ...evaluation.longcontext.report import curve_methods, describe_peak, rank
+from ...evaluation.longcontext.report import name as method_name
 from ...evaluation.results import head_mismatch, made_by
 from ...pipeline import Loading
 from ...settings import PRECOMPUTED
@@ -35,12 +36,31 @@ LIVE_NS = [1, 2, 3, 5, 8, 10, 15, 20, 30]
 RESULTS = {"pool": ("longcontext.json", "pool", DISTRACTORS["pool"]),
            "same-topic": ("longcontext_same_topic.json", "same-topic", DISTRACTORS["same-topic"]),
            "pool, up to 1M": ("longcontext_1m.json", "pool", "the pool setting at 8K and 1M tokens")}
+# The same questions with selection alone (``bench longcontext --evidence-only``), for a head the answers predate
+EVIDENCE = {"pool": "longcontext_evidence.json", "same-topic": "longcontext_same_topic_evidence.json",
+            "pool, up to 1M": "longcontext_1m_evidence.json"}
 
 
-def load_results(name: str = "pool") -> dict | None:
-    """One precomputed benchmark (``bench longcontext … --out precomputed/FILE``), if it exists."""
-    path = PRECOMPUTED / RESULTS[name][0]
+def load_results(name: str = "pool", files: dict | None = None) -> dict | None:
+    """One precomputed benchmark (``bench longcontext … --out precomputed/FILE``), if it exists; ``files``: the
+    name → file map to read (default :data:`RESULTS`; :data:`EVIDENCE` for the evidence-only runs)."""
+    file = files[name] if files else RESULTS[name][0]
+    path = PRECOMPUTED / file
     return json.loads(path.read_text()) if path.exists() else None
+
+
+def evidence_note(name: str, loader: Loading) -> str:
+    """The loaded head's own evidence recall@1 on the same questions, when an evidence-only run made with it is
+    precomputed (the answered result is an earlier head's); else ""."""
+    evidence = load_results(name, EVIDENCE)
+    if not evidence or head_mismatch(evidence, loader):
+        return ""
+    cells = {(r["method"], r["length"]): r["recall"] for r in evidence["table"] if r["n"] == 1}
+    lengths = sorted({x for _, x in cells})
+    parts = [f"{method_name(m)} " + " / ".join(f"{cells[m, x]:.2f}" for x in lengths)
+             for m in ("unreal", "bm25") if all((m, x) in cells for x in lengths)]
+    return (f"\n\nThe loaded head's own selection on the same questions (`{made_by(evidence)}`, nothing answered): "
+            f"evidence recall@1 at {' / '.join(label(x) for x in lengths)} tokens: {'; '.join(parts)}.")
 
 
 def describe_result(result: dict | None, name: str, loader: Loading) -> str:
@@ -51,7 +71,7 @@ def describe_result(result: dict | None, name: str, loader: Loading) -> str:
                 f"--distractors {distractors} --out precomputed/{file}` or use the live run below.")
     text = f"Precomputed: {result['setting']}. Command: `{made_by(result)}`"
     if warning := head_mismatch(result, loader):
-        text += f"\n\n⚠ {warning}"
+        text += f"\n\n⚠ {warning}" + evidence_note(name, loader)
     return text
 
 
