@@ -88,3 +88,31 @@ def test_the_centring_check_scores_every_finished_variant_of_the_head_s_c0(tmp_p
     assert [(label, centre) for label, _, centre in found] == [("r = 64, mix, keys centred", True),
                                                                 ("α alone, mix", False)]
     assert all(h.config.n_context == 2 for _, h, _ in found)
+
+
+def test_title_sets_keep_the_questions_whose_answer_titles_a_chunk(monkeypatch):
+    from types import SimpleNamespace
+
+    from unreal_demo.core.joint_training import TextSet
+    from unreal_demo.core.selection import BM25
+    from unreal_demo.core.state_training import StateSet
+    from unreal_demo.data.natural import NaturalQuestion
+    from unreal_demo.evaluation import adapter_run
+
+    texts = ["George Washington was the first president of the United States.",
+             "Barack Obama was the 44th president; Washington hosted his inauguration.",
+             "Washington, D.C. is the capital of the United States."]
+    index = SimpleNamespace(chunks=[{"title": "New-Wiki held out", "text": "x"}]  # chunk 0: not usable
+                            + [{"title": t, "text": x} for t, x in zip(["George Washington", "Barack Obama",
+                                                                          "Washington, D.C."], texts, strict=True)])
+    monkeypatch.setattr(adapter_run, "usable_pool", lambda _: ([1, 2, 3], texts, BM25(texts)))
+    questions = [NaturalQuestion("a", "who was the first president of the united states", ("George Washington",)),
+                 NaturalQuestion("b", "where was obama inaugurated", ("Washington",))]  # no chunk titled so
+    monkeypatch.setattr(adapter_run, "load_natural", lambda source: questions)
+    sets = [TextSet("nq", [q.text for q in questions], [[], []], [[2], [2]]),
+            TextSet("squad", ["q"], [[]], [[3]])]
+    cached = [StateSet("nq", torch.arange(2.0).reshape(2, 1, 1, 1), [[2], [2]]),
+              StateSet("squad", torch.zeros(1, 1, 1, 1), [[3]])]
+    (out,) = adapter_run.titled(index, sets, cached)
+    assert out.name == "nq:title" and out.positives == [[1]]  # the index id of the George Washington chunk
+    assert out.groups.flatten().tolist() == [0.0]  # the first question's cached states, unchanged

@@ -303,6 +303,8 @@ GRID = {  # label → (train sets, overrides of StateTrainConfig): what the dev 
     "α alone, mix, C0 without the positive": (("nq~", "tqa~", "squad~"), {"rank": 0}),
     "r = 64, mix, half the visits with C0 without the positive": (("nq", "tqa", "squad", "nq~", "tqa~", "squad~"),
                                                                   {"rank": 64}),
+    "α alone, mix, title positives": (("nq:title", "tqa:title", "squad"), {"rank": 0}),
+    "r = 64, mix, title positives": (("nq:title", "tqa:title", "squad"), {"rank": 64}),
 }
 
 
@@ -331,6 +333,8 @@ def run(head_path: str, n_context: int | None = None, labels: list[str] | None =
     train_s += cleaner(index, usable, trains, train_s, depth=3)
     d = head.config.hidden_size
     chosen = {label: v for label, v in GRID.items() if labels is None or label in labels}
+    if any(src.endswith(":title") for sources, _ in chosen.values() for src in sources):
+        train_s += titled(index, trains, train_s[: len(trains)])
     if any(src.endswith("~") for sources, _ in chosen.values() for src in sources):  # C0 without the positive
         train_s += cache_sets(head, explorer.backbone,
                               without_positive_c0(*usable_pool(index), trains, head.config.n_context), folder)
@@ -401,6 +405,25 @@ def without_positive_c0(pool: list[int], texts: list[str], bm25: BM25, sets: lis
         contexts = [[texts[j] for j in row if pool[j] not in p][:n_context]
                     for row, p in zip(ids.tolist(), q.positives, strict=True)]
         out.append(TextSet(f"{q.name}~", q.texts, contexts, q.positives))
+    return out
+
+
+def titled(index, sets: list[TextSet], cached: list[StateSet]) -> list[StateSet]:
+    """The natural sets with positives by the ``title`` rule (named ``nq:title``, …): the best-ranked of BM25's top
+    100 usable chunks whose passage *title* is an answer alias and whose text holds one — a chunk about the answer,
+    not one that mentions it (50 read pairs: 23 right, 19 without the borderline ones;
+    ``precomputed/distant_supervision_title.json``); questions without one are dropped. The questions are those
+    of the ``dpr`` sets, so their cached states serve unchanged."""
+    pool, texts, bm25 = usable_pool(index)
+    titles = [index.chunks[i]["title"] for i in pool]
+    out = []
+    for q, c in zip(sets, cached, strict=True):
+        if q.name not in NATURAL_SETS:
+            continue
+        by_text = {n.text: n for n in load_natural(NATURAL_SETS[q.name])}
+        found = distant_positives([by_text[t] for t in q.texts], texts, bm25, rule="title", titles=titles)
+        keep = [i for i, f in enumerate(found) if f]
+        out.append(StateSet(f"{q.name}:title", c.groups[keep], [[pool[j] for j in found[i]] for i in keep]))
     return out
 
 
