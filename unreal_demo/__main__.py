@@ -184,7 +184,8 @@ def _bench(args: argparse.Namespace) -> None:
         lengths, ns = parse_lengths(args.lengths), [int(x) for x in args.n.split(",")]
     except ValueError as exc:
         raise InputError(f"--lengths/--n: {exc}") from None
-    methods = retrieval.check(args.methods.split(","), "document", BOUNDS)
+    chosen = args.methods or ("unreal,bm25" if args.evidence_only else "unreal,bm25,full")
+    methods = retrieval.check(chosen.split(","), "document", BOUNDS)
     refuse_answering(methods, not args.evidence_only)
     if bad := [n for n in ns if n < 1]:
         raise InputError(f"--n must be at least 1: {bad}")
@@ -556,9 +557,9 @@ def build_parser() -> argparse.ArgumentParser:
     bn.add_argument("--sample", type=int, default=20, help="number of New-Wiki questions")
     bn.add_argument("--lengths", default="2K,4K,8K,16K,32K,128K,1M", help="context lengths in tokens (2K = 2,000)")
     bn.add_argument("--n", default="1,2,3,5,8,10,15,20,30", help="numbers of selected chunks")
-    bn.add_argument("--methods", default="unreal,bm25,full",
+    bn.add_argument("--methods", default=None,
                     help=retrieval.help_text("document") + "; none, oracle: the question alone, the gold paragraph "
-                    "alone (bounds)")
+                    "alone (bounds); default unreal,bm25,full (unreal,bm25 with --evidence-only)")
     bn.add_argument("--distractors", choices=["pool", "same-topic"], default="pool",
                     help="pool: distractors from the shared pool; same-topic: the gold's own article's other "
                          "paragraphs and BM25's nearest pool passages next to it, then the pool")

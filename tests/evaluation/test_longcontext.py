@@ -255,7 +255,7 @@ class TestRun:
         b = Builder(items, build_pool(POOL_TEXTS, GOLDS, 0), count, offsets)
         generated = []
         monkeypatch.setattr(answers, "stream_answer", lambda *a, **k: generated.append(a) or iter(()))
-        evidence = run_longcontext(explorer, b, [300, 900], [1, 2, 5], ("unreal", "bm25"), answer=False)
+        evidence = run_longcontext(explorer, b, [300, 900], [5, 1, 2, 1], ("unreal", "bm25"), answer=False)
         assert generated == []  # nothing answered
         assert len(evidence["rows"]) == 3 * 2 * 2  # one row per question, length and method
         assert {len(r["found"]) for r in evidence["rows"]} == {3} and evidence["ns"] == [1, 2, 5]
@@ -273,8 +273,11 @@ class TestRun:
         for r in answered["table"]:
             assert cells[r["method"], r["length"], r["n"]]["recall"] == r["recall"] and "f1" not in cells[
                 r["method"], r["length"], r["n"]]
-        text = markdown(evidence["table"], longcontext_eval.per_answer(evidence["rows"], [1, 2, 5]))
+        text = markdown(evidence["table"], longcontext_eval.per_answer(evidence["rows"], [1, 2, 5]), answered=False)
         assert text.startswith("Evidence recall@n") and "| unreal | 0.9K | 3 |" in text and "McNemar" in text
+        mixed = answered["rows"] + longcontext_eval.per_answer(evidence["rows"], evidence["ns"])
+        with pytest.raises(ValueError, match="cannot be summarised together"):
+            summarize(mixed)
         with pytest.raises(InputError, match="only answer"):
             run_longcontext(explorer, b, [300], [1], ("unreal", "full"), answer=False)
 

@@ -43,16 +43,25 @@ def test_an_earlier_heads_result_points_to_the_loaded_heads_own_evidence(monkeyp
     head = PRECOMPUTED / "heads" / "smollm2-135m-mix-alpha" / "head.json"
     loader = SimpleNamespace(head_path=head, head_source="the default head")
     monkeypatch.setattr(topn, "PRECOMPUTED", tmp_path)
-    answered = {"setting": "s", "table": [], "provenance": {"head": "old", "head_digest": "0" * 12, "command": "c"}}
+    rows = [{"id": q, "length": 2000, "method": "unreal"} for q in ("a", "b")]
+    answered = {"setting": "s", "table": [], "rows": rows,
+                "provenance": {"head": "old", "head_digest": "0" * 12, "command": "c"}}
     cell = {"n": 1, "recall": 0.5, "length": 2000}
-    evidence = {"table": [cell | {"method": "unreal", "recall": 0.98}, cell | {"method": "bm25"},
+    evidence = {"complete": True, "rows": rows,
+                "table": [cell | {"method": "unreal", "recall": 0.98}, cell | {"method": "bm25"},
                           cell | {"method": "unreal", "n": 3, "recall": 1.0}],
                 "provenance": {"head_digest": head_digest(head), "command": "bench longcontext --evidence-only"}}
+
+    def note(changed: dict | None = None) -> str:
+        (tmp_path / topn.EVIDENCE["pool"]).write_text(json.dumps(evidence | (changed or {})))
+        return topn.describe_result(answered, "pool", loader)
+
     assert "own selection" not in topn.describe_result(answered, "pool", loader)  # no evidence run yet
-    (tmp_path / topn.EVIDENCE["pool"]).write_text(json.dumps(evidence))
-    text = topn.describe_result(answered, "pool", loader)
+    text = note()
     assert "⚠ this result was made with head old" in text
     assert "evidence recall@1 at 2K tokens: UNREAL 0.98; BM25 0.50" in text and "--evidence-only" in text
-    evidence["provenance"]["head_digest"] = "1" * 12  # an evidence run of a third head says nothing
-    (tmp_path / topn.EVIDENCE["pool"]).write_text(json.dumps(evidence))
-    assert "own selection" not in topn.describe_result(answered, "pool", loader)
+    for changed in ({"provenance": {"head_digest": "1" * 12}},  # a third head's run
+                    {"complete": False},  # a run still going
+                    {"rows": rows[:1]},  # other questions
+                    {"table": evidence["table"][2:]}):  # no n = 1 cell
+        assert "own selection" not in note(changed), changed

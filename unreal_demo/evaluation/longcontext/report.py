@@ -78,13 +78,13 @@ def describe_peak(table: list[dict], method: str, length: int, metric: str = "f1
             f"{recall}{hits}.")
 
 
-def markdown(table: list[dict], rows: list[dict] | None = None) -> str:
+def markdown(table: list[dict], rows: list[dict] | None = None, answered: bool = True) -> str:
     """Every table of a result: F1 (recall) against n per length; each method's best n and full context per
     length; the bounds; CPU per cell; F1 split by whether the gold chunk was selected; one caption per curve; and,
     for a result at one length with both bounds, the same cells as the downstream QA table (:func:`qa_table`); with
     the per-answer ``rows``, UNREAL's evidence recall against BM25's on the same questions (:func:`recall_pairs`).
-    A result without answers (an evidence-only run) gives :func:`evidence_markdown`."""
-    if not any("f1" in r for r in table):
+    An evidence-only run (``answered=False``) gives :func:`evidence_markdown`."""
+    if not answered:
         return evidence_markdown(table, rows)
     lengths = sorted({r["length"] for r in table})
     ns = sorted({r["n"] for r in table if r["n"] is not None})

@@ -8,7 +8,8 @@ the QA table, can be asked for as methods: ``none`` (the question alone) and ``o
 paragraph alone); they do not depend on the length, so their answers come from the cache after the first.
 Pool chunks are encoded once for all questions and lengths, in fixed blocks cached on
 disk; answers are cached by prompt, so sweeping n, adding a method or resuming a killed
-run recomputes nothing already answered.
+run recomputes nothing already answered. An evidence-only run (``answer=False``) stops after selection: which
+chunks each method picks at every n (evidence recall@n), nothing answered.
 """
 
 from __future__ import annotations
@@ -98,8 +99,8 @@ def refuse_answering(methods: Sequence[str], answer: bool) -> None:
         Naming the methods that only answer.
     """
     if not answer and (answering := [m for m in methods if m == "full" or m in BOUNDS]):
-        raise InputError(f"{', '.join(answering)} only answer(s): an evidence-only run measures selection; leave "
-                         "them out of --methods, or drop --evidence-only")
+        raise InputError(f"--evidence-only measures selection, and {', '.join(answering)} select nothing (they only "
+                         "answer): leave them out of --methods, or drop --evidence-only")
 
 
 def per_answer(rows: list[dict], ns: Sequence[int]) -> list[dict]:
@@ -133,6 +134,9 @@ def summarize(rows: list[dict]) -> list[dict]:
         if fit:
             recall = statistics.fmean(r["recall"] for r in fit)
             row |= {"recall": round(recall, 4), "recall_ci": wilson(recall, len(fit))}
+        if len({"f1" in r for r in fit}) > 1:
+            raise ValueError(f"{method} at {label(length)}, n = {n}: answered and evidence-only rows cannot be "
+                             "summarised together (merge results of one kind)")
         if fit and "f1" in fit[0]:
             em = statistics.fmean(r["em"] for r in fit)
             row |= {"em": round(em, 4), "em_ci": wilson(em, len(fit)), "f1": mean_ci([r["f1"] for r in fit]),
@@ -167,6 +171,7 @@ def run_longcontext(explorer, builder: Builder, lengths: Sequence[int], ns: Sequ
     run, and one run without a shard then assembles the whole result from the cache."""
     methods = check(methods, "document", BOUNDS)
     refuse_answering(methods, answer)
+    ns = sorted(set(ns))  # each n once, in order: an evidence row's "found" string follows this list
     backbone, head = explorer.backbone, explorer.head
     encoder = ContextEncoder(builder, backbone, head)
     answers = answers or answer_cache("longcontext")
@@ -177,7 +182,7 @@ def run_longcontext(explorer, builder: Builder, lengths: Sequence[int], ns: Sequ
     jobs = [(item, length) for length in lengths for item in mine]
 
     def so_far() -> dict:
-        return {"rows": rows, "table": summarize(per_answer(rows, ns)), "ns": list(ns),
+        return {"rows": rows, "table": summarize(per_answer(rows, ns)), "ns": ns, "answered": answer,
                 "seconds": {k: round(v, 1) for k, v in seconds.items()},
                 "cpu_seconds": {k: round(v, 1) for k, v in cpu.items()}, "lengths_done": list(cpu)}
 
@@ -294,7 +299,7 @@ def run_benchmark(explorer, sample: int, lengths: Sequence[int], ns: Sequence[in
                        + (f"prompt {DEFAULT_PROMPT}, greedy, {ANSWER_RULE.name}" if answer
                           else "evidence only: which chunks each method selects, nothing answered") + f"{part}{left}",
             "wall_seconds": round(time.perf_counter() - t0, 1),
-            "markdown": markdown(partial["table"], per_answer(partial["rows"], ns)),
+            "markdown": markdown(partial["table"], per_answer(partial["rows"], partial["ns"]), answered=answer),
         }
         return write_result(result, out, explorer)
 

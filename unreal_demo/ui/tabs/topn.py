@@ -11,7 +11,7 @@ from ...errors import UserError
 from ...evaluation.longcontext.contexts import DISTRACTORS, label
 from ...evaluation.longcontext.report import curve_methods, describe_peak, rank
 from ...evaluation.longcontext.report import name as method_name
-from ...evaluation.results import head_mismatch, made_by
+from ...evaluation.results import head_digest, head_mismatch, made_by
 from ...pipeline import Loading
 from ...settings import PRECOMPUTED
 from .. import plots
@@ -37,8 +37,7 @@ RESULTS = {"pool": ("longcontext.json", "pool", DISTRACTORS["pool"]),
            "same-topic": ("longcontext_same_topic.json", "same-topic", DISTRACTORS["same-topic"]),
            "pool, up to 1M": ("longcontext_1m.json", "pool", "the pool setting at 8K and 1M tokens")}
 # The same questions with selection alone (``bench longcontext --evidence-only``), for a head the answers predate
-EVIDENCE = {"pool": "longcontext_evidence.json", "same-topic": "longcontext_same_topic_evidence.json",
-            "pool, up to 1M": "longcontext_1m_evidence.json"}
+EVIDENCE = {"pool": "longcontext_evidence.json", "same-topic": "longcontext_same_topic_evidence.json"}
 
 
 def load_results(name: str = "pool", files: dict | None = None) -> dict | None:
@@ -49,29 +48,35 @@ def load_results(name: str = "pool", files: dict | None = None) -> dict | None:
     return json.loads(path.read_text()) if path.exists() else None
 
 
-def evidence_note(name: str, loader: Loading) -> str:
-    """The loaded head's own evidence recall@1 on the same questions, when an evidence-only run made with it is
-    precomputed (the answered result is an earlier head's); else ""."""
-    evidence = load_results(name, EVIDENCE)
-    if not evidence or head_mismatch(evidence, loader):
+def evidence_note(result: dict, name: str, loader: Loading) -> str:
+    """The loaded head's own evidence recall@1 on ``result``'s questions, from a complete evidence-only run made
+    with that head over the same questions and lengths (the answered result being an earlier head's); else ""."""
+    evidence = load_results(name, EVIDENCE) if name in EVIDENCE else None
+    if not evidence or not evidence.get("complete") or \
+            evidence.get("provenance", {}).get("head_digest") != head_digest(loader.head_path):
         return ""
+    if {(r["id"], r["length"]) for r in evidence["rows"]} != {(r["id"], r["length"]) for r in result["rows"]}:
+        return ""  # other questions (another --sample or seed) or lengths: not comparable
     cells = {(r["method"], r["length"]): r["recall"] for r in evidence["table"] if r["n"] == 1}
     lengths = sorted({x for _, x in cells})
     parts = [f"{method_name(m)} " + " / ".join(f"{cells[m, x]:.2f}" for x in lengths)
              for m in ("unreal", "bm25") if all((m, x) in cells for x in lengths)]
+    if not lengths or not parts:  # no n = 1 cell
+        return ""
     return (f"\n\nThe loaded head's own selection on the same questions (`{made_by(evidence)}`, nothing answered): "
             f"evidence recall@1 at {' / '.join(label(x) for x in lengths)} tokens: {'; '.join(parts)}.")
 
 
 def describe_result(result: dict | None, name: str, loader: Loading) -> str:
-    """What the precomputed result is: its setting and command, and a warning if another head made it."""
+    """What the precomputed result is: its setting and command, and a warning if another head made it, followed by
+    the loaded head's own evidence recall on the same questions where :func:`evidence_note` has it."""
     if not result:
         file, distractors, _ = RESULTS[name]
         return (f"No precomputed results for {name} yet: run `python -m unreal_demo bench longcontext "
                 f"--distractors {distractors} --out precomputed/{file}` or use the live run below.")
     text = f"Precomputed: {result['setting']}. Command: `{made_by(result)}`"
     if warning := head_mismatch(result, loader):
-        text += f"\n\n⚠ {warning}" + evidence_note(name, loader)
+        text += f"\n\n⚠ {warning}" + evidence_note(result, name, loader)
     return text
 
 
