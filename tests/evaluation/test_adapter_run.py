@@ -105,7 +105,6 @@ def test_title_sets_keep_the_questions_whose_answer_titles_a_chunk(monkeypatch):
     index = SimpleNamespace(chunks=[{"title": "New-Wiki held out", "text": "x"}]  # chunk 0: not usable
                             + [{"title": t, "text": x} for t, x in zip(["George Washington", "Barack Obama",
                                                                           "Washington, D.C."], texts, strict=True)])
-    monkeypatch.setattr(adapter_run, "usable_pool", lambda _: ([1, 2, 3], texts, BM25(texts)))
     questions = [NaturalQuestion("a", "who was the first president of the united states", ("George Washington",)),
                  NaturalQuestion("b", "where was obama inaugurated", ("Washington",))]  # no chunk titled so
     monkeypatch.setattr(adapter_run, "load_natural", lambda source: questions)
@@ -113,6 +112,6 @@ def test_title_sets_keep_the_questions_whose_answer_titles_a_chunk(monkeypatch):
             TextSet("squad", ["q"], [[]], [[3]])]
     cached = [StateSet("nq", torch.arange(2.0).reshape(2, 1, 1, 1), [[2], [2]]),
               StateSet("squad", torch.zeros(1, 1, 1, 1), [[3]])]
-    (out,) = adapter_run.titled(index, sets, cached)
+    (out,) = adapter_run.titled(index, ([1, 2, 3], texts, BM25(texts)), sets, cached)
     assert out.name == "nq:title" and out.positives == [[1]]  # the index id of the George Washington chunk
     assert out.groups.flatten().tolist() == [0.0]  # the first question's cached states, unchanged

@@ -333,11 +333,13 @@ def run(head_path: str, n_context: int | None = None, labels: list[str] | None =
     train_s += cleaner(index, usable, trains, train_s, depth=3)
     d = head.config.hidden_size
     chosen = {label: v for label, v in GRID.items() if labels is None or label in labels}
-    if any(src.endswith(":title") for sources, _ in chosen.values() for src in sources):
-        train_s += titled(index, trains, train_s[: len(trains)])
-    if any(src.endswith("~") for sources, _ in chosen.values() for src in sources):  # C0 without the positive
+    named = {src for sources, _ in chosen.values() for src in sources}
+    pooled = usable_pool(index) if any(src.endswith((":title", "~")) for src in named) else None  # BM25 built once
+    if any(src.endswith(":title") for src in named):
+        train_s += titled(index, pooled, trains, train_s[: len(trains)])
+    if any(src.endswith("~") for src in named):  # C0 without the positive
         train_s += cache_sets(head, explorer.backbone,
-                              without_positive_c0(*usable_pool(index), trains, head.config.n_context), folder)
+                              without_positive_c0(*pooled, trains, head.config.n_context), folder)
     variants = []
     for label, (sources, overrides) in chosen.items():
         settings = {"steps": steps} | {k: v for k, v in overrides.items() if k != "centre"}
@@ -408,13 +410,15 @@ def without_positive_c0(pool: list[int], texts: list[str], bm25: BM25, sets: lis
     return out
 
 
-def titled(index, sets: list[TextSet], cached: list[StateSet]) -> list[StateSet]:
+def titled(index, pooled: tuple[list[int], list[str], BM25], sets: list[TextSet], cached: list[StateSet],
+           ) -> list[StateSet]:
     """The natural sets with positives by the ``title`` rule (named ``nq:title``, …): the best-ranked of BM25's top
     100 usable chunks whose passage *title* is an answer alias and whose text holds one — a chunk about the answer,
     not one that mentions it (50 read pairs: 23 right, 19 without the borderline ones; TriviaQA 22 of 41, NQ 1 of 9;
     ``precomputed/distant_supervision_title.json``); questions without one are dropped. The questions are those
-    of the ``dpr`` sets, so their cached states serve unchanged."""
-    pool, texts, bm25 = usable_pool(index)
+    of the ``dpr`` sets, so their cached states serve unchanged. ``pooled``: :func:`usable_pool`'s chunk ids, texts
+    and BM25."""
+    pool, texts, bm25 = pooled
     titles = [index.chunks[i]["title"] for i in pool]
     out = []
     for q, c in zip(sets, cached, strict=True):

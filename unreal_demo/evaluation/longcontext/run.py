@@ -182,7 +182,7 @@ def run_longcontext(explorer, builder: Builder, lengths: Sequence[int], ns: Sequ
     jobs = [(item, length) for length in lengths for item in mine]
 
     def so_far() -> dict:
-        return {"rows": rows, "table": summarize(per_answer(rows, ns)), "ns": ns, "answered": answer,
+        return {"rows": rows, "table": summarize(per_answer(rows, ns)), "ns": ns,
                 "seconds": {k: round(v, 1) for k, v in seconds.items()},
                 "cpu_seconds": {k: round(v, 1) for k, v in cpu.items()}, "lengths_done": list(cpu)}
 
@@ -206,13 +206,13 @@ def run_longcontext(explorer, builder: Builder, lengths: Sequence[int], ns: Sequ
         t2 = time.perf_counter()
         base = {"id": item.id, "length": length, "tokens": ctx.tokens, "chunks": len(texts), "depth": item.depth}
         for method, scores in rankings.items():
+            picks = [select_top_n(scores, min(n, len(texts))) for n in ns]  # the chunks selected at each n
             if not answer:
-                found = "".join("1" if gold & set(select_top_n(scores, min(n, len(texts)))) else "0" for n in ns)
+                found = "".join("1" if gold & set(chosen) else "0" for chosen in picks)
                 rows.append({"id": item.id, "length": length, "method": method, "found": found,
                              "retrieval_cpu_s": spent[method]})
                 continue
-            for n in ns:
-                chosen = select_top_n(scores, min(n, len(texts)))
+            for n, chosen in zip(ns, picks, strict=True):
                 rows.append(base | {"method": method, "n": n, "retrieval_cpu_s": spent[method]}
                             | _answer(backbone, answers, item, texts, chosen, gold))
         if "full" in methods:
