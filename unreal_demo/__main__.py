@@ -221,6 +221,9 @@ def _adapter(args: argparse.Namespace) -> None:
                            n_context=args.n_context)
         print(result["markdown"])
         return
+    if args.judged:
+        _judged_dev(args)
+        return
     if args.centring_check:
         from .evaluation.centring_check import run as centring_check
 
@@ -236,6 +239,33 @@ def _adapter(args: argparse.Namespace) -> None:
     result = run(head, args.n_context, labels, args.steps, args.out, args.save, args.save_variant)
     for row in result["rows"] + result["reference"]:
         print(f"{row['variant']}: " + ", ".join(f"{k} {v}" for k, v in row.items() if "R@" in k))
+
+
+def _judged_dev(args: argparse.Namespace) -> None:
+    from pathlib import Path
+
+    from .evaluation import judged_dev
+
+    if args.judged == "candidates":
+        print(f"candidates to read: {judged_dev.write_candidates(args.side)}")
+    elif args.judged == "collect":
+        if not args.verdicts or not args.judged_by:
+            raise UserError("collect needs --verdicts FILE… (the read verdicts) and --judged-by (who read them)")
+        missing = [f for f in args.verdicts if not Path(f).is_file()]
+        if missing:
+            raise InputError(f"no verdict file {missing[0]}")
+        try:
+            judged = judged_dev.collect(judged_dev.candidates_path(args.side), args.verdicts, args.judged_by,
+                                        judged_dev.judged_path(args.side))
+        except ValueError as e:
+            raise InputError(str(e)) from e
+        print(f"{len(judged['questions'])} questions judged → {display_path(judged_dev.judged_path(args.side))}")
+    elif args.side != "dev":
+        raise UserError("score: the judged set is scored on its dev side only (--side dev)")
+    else:
+        result = judged_dev.run(args.out)
+        for row in result["reference"] + result["rows"]:
+            print(f"{row['variant']}: " + ", ".join(f"{k} {v}" for k, v in row.items() if k != "variant"))
 
 
 def _rank(args: argparse.Namespace) -> None:
@@ -596,6 +626,13 @@ def build_parser() -> argparse.ArgumentParser:
     ad.add_argument("--centring-check", dest="centring_check", action="store_true",
                     help="instead of the grid: score the shipped head and the finished grid variants on raw and on "
                     "centred keys over a fresh dev set (TriviaQA and SQuAD questions no grid run saw)")
+    ad.add_argument("--judged", choices=("candidates", "collect", "score"), default=None,
+                    help="instead of the grid: natural questions judged by reading — write the candidate chunks to "
+                    "read, collect the read verdicts into precomputed/judged/SIDE.json.gz, or score every head on "
+                    "the judged dev set")
+    ad.add_argument("--side", choices=("dev", "train"), default="dev", help="--judged: which questions")
+    ad.add_argument("--verdicts", nargs="*", default=None, help="--judged-dev collect: the verdict files (JSON lines)")
+    ad.add_argument("--judged-by", dest="judged_by", default=None, help="--judged-dev collect: who read them")
     ad.add_argument("--train-c0", dest="train_c0", choices=("bm25", "without-positive", "half", "quarter"),
                     default="bm25", help="--joint: each training question's C0: BM25's top chunks (as a search has "
                     "them), those that are not its positive, or each question once with each (half: drawn alike; "

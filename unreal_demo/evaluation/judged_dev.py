@@ -1,0 +1,338 @@
+"""A natural-question dev set whose positives were read, not matched: the judged dev set.
+
+The grid's natural dev sets (:mod:`adapter_run`) are labelled by the ``dpr`` rule — the best-ranked of BM25's top
+100 chunks holding an answer alias — which is right for 13 of 50 read pairs and BM25-ranked by construction, so
+dev R@k cannot reward a head that finds a *better* chunk than the alias match BM25 found. Here every chunk that
+any compared retriever puts in its top 10 *and* that holds an answer alias is a candidate (plus the ``dpr``
+positive); each candidate is read with its question and marked ``yes`` when the chunk, read alone, states the
+answer to the question, else ``no``. A question's positives are its ``yes`` chunks; a question without one is
+left out of the recall (nobody can find it among the candidates).
+
+The questions are the grid's NQ and TriviaQA dev questions, so their cached query states serve unchanged and
+every finished variant is scored in seconds. A retriever's R@10 is exact for the retrievers that made the
+candidates; for any other head, an unread alias chunk in its top 10 counts as a miss, and :func:`score` reports
+how many such chunks there were.
+
+    python -m unreal_demo adapter --judged-dev candidates   # writes <cache>/judged_dev/candidates.jsonl
+    python -m unreal_demo adapter --judged-dev score --out precomputed/judged_dev_recall.json
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import torch
+
+from ..core.selection import reciprocal_rank_fusion, score_fusion
+from ..core.state_training import StateSet, recall_from_scores, scores
+from ..data.answers import occurs
+from ..data.natural import load_natural
+from .adapter_run import NATURAL_SETS, bm25_within, positions
+
+DEPTH = 10  # each retriever's top DEPTH chunks are read for an answer alias
+SIDES = ("dev", "train")
+
+
+def judged_path(side: str = "dev") -> Path:
+    """Where the judged ``side`` is kept: ``precomputed/judged/{dev,train}.json.gz``."""
+    return Path(__file__).resolve().parents[2] / "precomputed" / "judged" / f"{side}.json.gz"
+
+
+def load_judged(side: str = "dev") -> dict:
+    """The judged ``side`` (:func:`collect`'s output)."""
+    return json.loads(gzip.decompress(judged_path(side).read_bytes()))
+RULE = ("yes: the chunk, read alone, states the answer to the question (an answer alias in a sentence that says "
+        "it is the answer, or an unambiguous paraphrase); no: the alias occurs but the chunk does not say it "
+        "answers this question (a passing mention, another sense of the word, a list)")
+
+
+def questions_of(sets) -> list[list]:
+    """The :class:`data.natural.NaturalQuestion` of each question of the grid's natural dev sets, by text."""
+    out = []
+    for s in sets:
+        by_text = {n.text: n for n in load_natural(NATURAL_SETS[s.name])}
+        out.append([by_text[t] for t in s.texts])
+    return out
+
+
+def top_ids(score_matrix: torch.Tensor, depth: int = DEPTH) -> list[list[int]]:
+    """Each row's ``depth`` best columns, best first."""
+    return score_matrix.topk(depth, dim=1).indices.tolist()
+
+
+def candidates(index, devs, states: list[StateSet], usable: torch.Tensor, keys: torch.Tensor,
+               heads: dict[str, object]) -> list[dict]:
+    """One row per natural question: its id, set, text, answers and the chunk ids to read.
+
+    Parameters
+    ----------
+    devs : the grid's dev (or train) :class:`TextSet` (only ``nq`` and ``tqa`` are used); ``states`` their cached
+        states.
+    usable : mask of the chunks the dev sets range over; ``keys`` their normalised keys ``(P, L_p, d)``.
+    heads : label → :class:`core.head.QueryHead`, each scored on the cached states.
+
+    Returns
+    -------
+    Rows with ``candidates``: every usable chunk id in a retriever's top :data:`DEPTH` (BM25, dense MiniLM,
+    each head) whose text holds an answer alias, and the ``dpr`` positive, in first-seen order.
+    """
+    from ..core.minilm import embed
+    from .adapter_run import _dense_vectors
+
+    pool = torch.nonzero(usable).squeeze(1)  # local position → chunk id
+    natural = [(d, s) for d, s in zip(devs, states, strict=True) if d.name in NATURAL_SETS]
+    rows = []
+    for (d, s), qs in zip(natural, questions_of([d for d, _ in natural]), strict=True):
+        tops = [top_ids(bm25_within(index, d.texts, usable)[:, usable])]
+        dense = embed(d.texts) @ _dense_vectors(index)[usable].T  # (N, P)
+        tops.append(top_ids(dense))
+        tops += [top_ids(scores(h, s.groups, keys)) for h in heads.values()]
+        for i, q in enumerate(qs):
+            seen: dict[int, None] = {}
+            for top in tops:
+                for j in top[i]:
+                    c = int(pool[j])
+                    if c not in seen and occurs(index.chunks[c]["text"], q.answers):
+                        seen[c] = None
+            for c in d.positives[i]:
+                seen.setdefault(c, None)
+            rows.append({"id": q.id, "set": d.name, "question": q.text, "answers": list(q.answers),
+                         "candidates": list(seen)})
+    return rows
+
+
+def judged_positives(qs, judged: dict, usable: torch.Tensor) -> tuple[list[int], list[list[int]]]:
+    """(the rows of ``qs`` with a ``yes`` chunk, their ``yes`` chunks as positions among the usable chunks)."""
+    remap = positions(usable)
+    verdicts = {q["id"]: q for q in judged["questions"]}
+    keep = [i for i, q in enumerate(qs) if verdicts.get(q.id, {}).get("yes")]
+    return keep, [[int(remap[c]) for c in verdicts[qs[i].id]["yes"]] for i in keep]
+
+
+def unread(top: list[list[int]], qs, judged: dict, index, pool: torch.Tensor) -> int:
+    """How many alias-holding chunks in the rows of ``top`` (positions among the usable chunks, ``pool`` their
+    chunk ids) were never read."""
+    verdicts = {q["id"]: q for q in judged["questions"]}
+    n = 0
+    for row, q in zip(top, qs, strict=True):
+        v = verdicts[q.id]
+        read = {*v["yes"], *v["partial"], *v["no"]}
+        n += sum(1 for j in row if int(pool[j]) not in read and occurs(index.chunks[int(pool[j])]["text"], q.answers))
+    return n
+
+
+def recall_row(label: str, matrices: list[torch.Tensor], names: list[str], qs: list[list], judged: dict,
+               usable: torch.Tensor) -> dict:
+    """R@1 / R@10 of score matrices ``(N, P)`` (one per set, rows = ``qs``) on the judged questions, per set and
+    their mean over sets."""
+    row = {"variant": label}
+    for m, name, q in zip(matrices, names, qs, strict=True):
+        keep, positives = judged_positives(q, judged, usable)
+        row |= {f"{name} {k}": v for k, v in recall_from_scores(m[keep], positives).items()}
+    for k in ("R@1", "R@10"):
+        row[f"mean {k}"] = round(sum(row[f"{n} {k}"] for n in names) / len(names), 4)
+    return row
+
+
+def candidate_heads(explorer) -> dict[str, object]:
+    """The heads whose top 10 make the candidates: the shipped heads of the default model, and the grid's
+    "α alone, mix, title positives" when this machine has it (``<cache>/adapter_variants``)."""
+    from ..core.head import QueryHead
+    from ..settings import cache_dir
+    from .centring_check import grid_heads
+
+    root = Path(__file__).resolve().parents[2] / "precomputed" / "heads"
+    heads = {name: QueryHead.load(root / name / "head")
+             for name in ("smollm2-135m-mix", "smollm2-135m-mix-alpha", "smollm2-135m-mix-adapter")}
+    n = explorer.head.config.n_context
+    heads |= {label: h for label, h, _ in grid_heads(cache_dir() / "adapter_variants", n)
+              if label == "α alone, mix, title positives"}
+    return heads
+
+
+def candidates_path(side: str = "dev") -> Path:
+    """Where :func:`write_candidates` writes: ``<cache>/judged_dev/candidates.jsonl`` (``candidates-train.jsonl``)."""
+    from ..settings import cache_dir
+
+    return cache_dir() / "judged_dev" / ("candidates.jsonl" if side == "dev" else f"candidates-{side}.jsonl")
+
+
+def natural_sets(index, n_context: int, side: str) -> list:
+    """The grid's natural (NQ, TriviaQA) :class:`TextSet` of ``side``."""
+    from ..settings import cache_dir
+    from .adapter_run import cached_sets
+
+    trains, devs, _ = cached_sets(index, n_context, cache_dir() / "adapter_sets")
+    return [d for d in (devs if side == "dev" else trains) if d.name in NATURAL_SETS]
+
+
+def write_candidates(side: str = "dev", out: Path | None = None) -> Path:
+    """The candidates (:func:`candidates`) of the natural questions of ``side`` with each chunk's title and text,
+    one JSON line per question, for reading; ``out`` defaults to :func:`candidates_path`."""
+    from ..settings import cache_dir
+    from .adapter_run import cache_sets, pool_of
+
+    explorer, index = _open()
+    devs = natural_sets(index, explorer.head.config.n_context, side)
+    states = cache_sets(explorer.head, explorer.backbone, devs, cache_dir() / "query_states")
+    keys, usable, _ = pool_of(index)
+    heads = candidate_heads(explorer)
+    rows = candidates(index, devs, states, usable, keys[usable], heads)
+    out = Path(out or candidates_path(side))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with out.open("w") as f:
+        for r in rows:
+            chunks = [{"chunk": c, "title": index.chunks[c]["title"], "text": index.chunks[c]["text"]}
+                      for c in r.pop("candidates")]
+            f.write(json.dumps(r | {"chunks": chunks, "heads": list(heads)}, ensure_ascii=False) + "\n")
+    return out
+
+
+def collect(candidates_file: Path, verdict_files: list[Path], judged_by: str, out: Path) -> dict:
+    """Merge read verdicts (JSON lines ``{"id", "chunk", "verdict": "yes"|"partial"|"no"}``) into the compact
+    judged set written to ``out``.
+
+    Raises
+    ------
+    ValueError
+        A candidate without a verdict, a verdict for no candidate, or an unknown verdict.
+    """
+    rows = [json.loads(line) for line in Path(candidates_file).read_text().splitlines()]
+    verdicts: dict[tuple[str, int], str] = {}
+    for f in verdict_files:
+        for line in Path(f).read_text().splitlines():
+            if line.strip():
+                v = json.loads(line)
+                if v["verdict"] not in ("yes", "partial", "no"):
+                    raise ValueError(f"unknown verdict {v['verdict']!r} for {v['id']} chunk {v['chunk']}")
+                verdicts[(v["id"], int(v["chunk"]))] = v["verdict"]
+    wanted = {(r["id"], c["chunk"]) for r in rows for c in r["chunks"]}
+    if missing := wanted - verdicts.keys():
+        raise ValueError(f"{len(missing)} candidates have no verdict, e.g. {sorted(missing)[0]}")
+    if extra := verdicts.keys() - wanted:
+        raise ValueError(f"{len(extra)} verdicts are for no candidate, e.g. {sorted(extra)[0]}")
+    questions = [{"id": r["id"]} | {k: [c["chunk"] for c in r["chunks"] if verdicts[(r["id"], c["chunk"])] == k]
+                                    for k in ("yes", "partial", "no")} for r in rows]
+    judged = {"rule": RULE, "judged_by": judged_by, "depth": DEPTH, "heads": rows[0]["heads"] if rows else [],
+              "questions": questions}
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    Path(out).write_bytes(gzip.compress(json.dumps(judged, ensure_ascii=False, separators=(",", ":")).encode(),
+                                        mtime=0))
+    return judged
+
+
+def _open():
+    from ..pipeline import Explorer
+    from ..store.index import Index, shipped_folder
+
+    explorer = Explorer.load(head=str(Path(__file__).resolve().parents[2] / "precomputed" / "heads"
+                                      / "smollm2-135m-mix" / "head.json"), require_head=True)
+    return explorer, Index(shipped_folder(explorer))
+
+
+def joint_heads(start) -> list[tuple[str, object]]:
+    """The last state of every joint fine-tune from ``start`` kept on this machine (``<cache>/joint_runs``)."""
+    from ..core.head import QueryHead
+    from ..settings import cache_dir
+
+    out = []
+    for ckpt in sorted((cache_dir() / "joint_runs").glob(f"{start.digest()[:12]}-*/checkpoint.pt")):
+        state = torch.load(ckpt, weights_only=False)
+        settings, names = state["settings"], [n for n, _ in state["settings"]["sets"]]
+        c0 = ("C0 from BM25" if not any("~" in n for n in names) else "every visit without the positive"
+              if all("~" in n for n in names) else "1 in 4 visits without the positive" if "weights" in settings
+              else "1 in 2 visits without the positive")
+        head = QueryHead(start.config)
+        head.load_state_dict(state["model"])
+        out.append((f"joint ρ + α, {c0}, lr(ρ) {settings['lr_rho']:g}, step {state['history'][-1]['step']}",
+                    head.eval()))
+    return out
+
+
+def run(out: str | None = None) -> dict:
+    """Score BM25, dense MiniLM, the shipped heads, every finished grid variant and every joint run's last state
+    kept on this machine on the judged dev set (positives: ``yes``; lenient: ``yes`` or ``partial``)."""
+    from ..core.cpu import status_line
+    from ..core.head import QueryHead
+    from ..core.minilm import embed
+    from ..settings import cache_dir
+    from .adapter_run import _dense_vectors, cache_sets, centred_keys, pool_of
+    from .centring_check import grid_heads
+    from .results import write_result
+
+    judged = load_judged("dev")
+    explorer, index = _open()
+    devs = natural_sets(index, explorer.head.config.n_context, "dev")
+    folder = cache_dir() / "query_states"
+    keys, usable, _ = pool_of(index)
+    pool = torch.nonzero(usable).squeeze(1)
+    keys, centred = keys[usable], centred_keys(index)[0][usable]
+    lenient = judged | {"questions": [q | {"yes": q["yes"] + q["partial"]} for q in judged["questions"]]}
+    qs, names = questions_of(devs), [d.name for d in devs]
+    kept = [judged_positives(q, judged, usable)[0] for q in qs]
+
+    def row(label: str, matrices: list[torch.Tensor]) -> dict:
+        r = recall_row(label, matrices, names, qs, judged, usable)
+        loose = recall_row(label, matrices, names, qs, lenient, usable)
+        r |= {f"lenient mean {k}": loose[f"mean {k}"] for k in ("R@1", "R@10")}
+        r["unread alias chunks in top 10"] = sum(unread(top_ids(m[keep]), [q[i] for i in keep], judged, index, pool)
+                                                 for m, q, keep in zip(matrices, qs, kept, strict=True))
+        print(r)
+        return r
+
+    base = cache_sets(explorer.head, explorer.backbone, devs, folder)
+    bm25 = [bm25_within(index, d.texts, usable)[:, usable] for d in devs]
+    reference = [row("BM25", bm25),
+                 row("dense MiniLM", [embed(d.texts) @ _dense_vectors(index)[usable].T for d in devs])]
+    root = Path(__file__).resolve().parents[2] / "precomputed" / "heads"
+    models = [(name, QueryHead.load(root / name / "head"), False)
+              for name in ("smollm2-135m-mix", "smollm2-135m-mix-alpha", "smollm2-135m-mix-adapter")]
+    models += [(f"grid: {label}", h, c) for label, h, c in grid_heads(cache_dir() / "adapter_variants",
+                                                                       explorer.head.config.n_context)]
+    rows = [row(label, [scores(h, s.groups, centred if c else keys) for s in base]) for label, h, c in models]
+    default = models[1][1]  # the app's default head: its hybrids as a search runs them
+    unreal = [scores(default, s.groups, keys) for s in base]
+    w = default.config.fusion_weight
+    reference.append(row(f"{models[1][0]} + BM25, score fusion (w = {w})",
+                         [score_fusion(u, b, w) for u, b in zip(unreal, bm25, strict=True)]))
+    reference.append(row(f"{models[1][0]} + BM25, RRF (k = 60)", [rrf_matrix(u, b) for u, b in zip(unreal, bm25,
+                                                                                                   strict=True)]))
+    for label, h in joint_heads(models[1][1]):
+        states = cache_sets(h, explorer.backbone, devs, folder)
+        rows.append(row(label, [scores(h, s.groups, keys) for s in states]))
+    verdicts = {q["id"]: q for q in judged["questions"]}
+    dpr = {d.name: {k: sum(d.positives[i][0] in verdicts[x.id][k] for i, x in enumerate(q))
+                    for k in ("yes", "partial", "no")} for d, q in zip(devs, qs, strict=True)}
+    result = {"dpr positive judged": dpr,
+              "judged": {n: len(k) for n, k in zip(names, kept, strict=True)},
+              "lenient": {n: len(judged_positives(q, lenient, usable)[0]) for n, q in zip(names, qs, strict=True)},
+              "questions": len(judged["questions"]), "rows": rows, "reference": reference, "cpu": status_line()}
+    return write_result(result, out, explorer)
+
+
+def rrf_matrix(a: torch.Tensor, b: torch.Tensor, depth: int = 100) -> torch.Tensor:
+    """Reciprocal-rank fusion of two score matrices' top ``depth`` lists as a score matrix ``(N, P)`` (−inf outside
+    both lists), as :class:`retrieval.hybrid.HybridRRF` fuses them."""
+    out = torch.full_like(a, float("-inf"), dtype=torch.float)
+    for i, (x, y) in enumerate(zip(top_ids(a, depth), top_ids(b, depth), strict=True)):
+        for j, v in reciprocal_rank_fusion([x, y]):
+            out[i, j] = v
+    return out
+
+
+COLUMNS = ("nq R@1", "nq R@10", "tqa R@1", "tqa R@10", "mean R@1", "mean R@10", "lenient mean R@1",
+           "lenient mean R@10", "unread alias chunks in top 10")
+
+
+def markdown(result: dict) -> str:
+    """The stored result as a table, BM25 and dense MiniLM last; rows with identical numbers (a grid variant whose
+    best dev check was step 0 is the head it started from) share one line, their labels joined by " = "."""
+    merged: dict[tuple, list[str]] = {}
+    for r in result["rows"] + result["reference"]:
+        merged.setdefault(tuple(r[c] for c in COLUMNS), []).append(r["variant"])
+    lines = ["| retriever | " + " | ".join(COLUMNS) + " |", "|---" * (len(COLUMNS) + 1) + "|"]
+    lines += [f"| {' = '.join(labels)} | " + " | ".join(f"{v:.3f}" if isinstance(v, float) else str(v) for v in values)
+              + " |" for values, labels in merged.items()]
+    return "\n".join(lines)
