@@ -218,7 +218,7 @@ def _adapter(args: argparse.Namespace) -> None:
         cfg = JointConfig(steps=args.steps, batch=args.batch, lr_rho=args.lr_rho, lr=args.lr,
                           r10_within=args.r10_within, **({} if args.patience is None else {"patience": args.patience}))
         result = run_joint(head, cfg, args.out, args.save, train_c0=args.train_c0, keep=args.keep,
-                           n_context=args.n_context)
+                           n_context=args.n_context, positives=args.positives, dev=args.dev)
         print(result["markdown"])
         return
     if args.judged:
@@ -236,7 +236,7 @@ def _adapter(args: argparse.Namespace) -> None:
     unknown = [x for x in labels or [] if x not in GRID]
     if unknown:
         raise UserError(f"unknown variant {unknown[0]!r}; known: {'; '.join(GRID)}")
-    result = run(head, args.n_context, labels, args.steps, args.out, args.save, args.save_variant)
+    result = run(head, args.n_context, labels, args.steps, args.out, args.save, args.save_variant, args.dev)
     for row in result["rows"] + result["reference"]:
         print(f"{row['variant']}: " + ", ".join(f"{k} {v}" for k, v in row.items() if "R@" in k))
 
@@ -631,6 +631,12 @@ def build_parser() -> argparse.ArgumentParser:
                     "read, collect the read verdicts into precomputed/judged/SIDE.json.gz, or score every head on "
                     "the judged dev set")
     ad.add_argument("--side", choices=("dev", "train"), default="dev", help="--judged: which questions")
+    ad.add_argument("--positives", choices=("cleaner", "judged"), default="cleaner",
+                    help="--joint: the natural training questions' positives: the dpr rule's at BM25 rank ≤ 3, or "
+                    "the chunks judged by reading to answer them (precomputed/judged/train.json.gz)")
+    ad.add_argument("--dev", choices=("dpr", "judged"), default="dpr",
+                    help="the grid's natural dev sets: labelled by the dpr rule, or their questions with a chunk "
+                    "judged by reading to answer them (precomputed/judged/dev.json.gz)")
     ad.add_argument("--verdicts", nargs="*", default=None, help="--judged-dev collect: the verdict files (JSON lines)")
     ad.add_argument("--judged-by", dest="judged_by", default=None, help="--judged-dev collect: who read them")
     ad.add_argument("--train-c0", dest="train_c0", choices=("bm25", "without-positive", "half", "quarter"),

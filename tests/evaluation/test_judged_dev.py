@@ -73,3 +73,14 @@ def test_positives_recall_and_unread_by_hand():
     assert unread(top_ids(scores[[0]], 3), [qs[0]], judged, _Index, pool) == 1
     # q:2's top 3 are chunks 5 (read), 4 and 3 (no "1815" in either): nothing unread
     assert unread(top_ids(scores[[2]], 3), [qs[2]], judged, _Index, pool) == 0
+
+
+def test_grid_table_follows_the_dev_sets_it_was_scored_on():
+    from unreal_demo.evaluation.adapter_run import grid_columns, grid_markdown
+
+    row = {"variant": "v", "dev nq:judged R@1": 0.5, "dev nq:judged R@10": 0.8, "dev squad R@1": 0.7,
+           "dev squad R@10": 0.9, "dev mean R@1": 0.6, "test new_wiki R@1": 0.69, "test new_wiki R@10": 0.88}
+    assert grid_columns([row]) == ["dev nq:judged R@1", "dev nq:judged R@10", "dev squad R@1", "dev squad R@10",
+                                   "dev mean R@1", "test new_wiki R@1", "test new_wiki R@10"]
+    line = "| v | — | — | 0.500 | 0.800 | 0.700 | 0.900 | 0.600 | 0.690 | 0.880 |"
+    assert grid_markdown([row]).splitlines()[2] == line

@@ -212,7 +212,8 @@ class Variant:
 
 def run_variants(head, train: list[StateSet], dev: list[StateSet], test: StateSet, keys: torch.Tensor,
                  usable: torch.Tensor, train_mask: torch.Tensor, variants: list[Variant],
-                 log=print, keep=None, centred: torch.Tensor | None = None) -> tuple[list[dict], dict]:
+                 log=print, keep=None, centred: torch.Tensor | None = None, dev_label: str | None = None,
+                 ) -> tuple[list[dict], dict]:
     """Train each variant, score it on the dev sets (over the usable chunks) and the New-Wiki test set (over
     the whole index). Returns the rows (the starting head first) and the trained heads by label.
 
@@ -220,7 +221,8 @@ def run_variants(head, train: list[StateSet], dev: list[StateSet], test: StateSe
     variants with ``centre`` train and score against (with the starting head's row on them first).
 
     ``keep``: a folder where each finished variant's head and row are written; a variant found there is loaded,
-    not trained again, so a killed grid resumes after its last finished variant."""
+    not trained again, so a killed grid resumes after its last finished variant; ``dev_label`` names dev sets other
+    than the grid's own (their checks choose another step, so the variant is kept apart)."""
     import hashlib
     import json
     from pathlib import Path
@@ -241,8 +243,8 @@ def run_variants(head, train: list[StateSet], dev: list[StateSet], test: StateSe
     for v in variants:
         slot = None
         if keep is not None:
-            key = json.dumps([v.label, v.sources, asdict(v.cfg), head.digest(), *(["centred"] if v.centre else [])],
-                             sort_keys=True)
+            key = json.dumps([v.label, v.sources, asdict(v.cfg), head.digest(), *(["centred"] if v.centre else []),
+                              *([f"dev {dev_label}"] if dev_label else [])], sort_keys=True)
             slot = Path(keep) / hashlib.sha1(key.encode()).hexdigest()[:16]
         if slot is not None and (slot / "row.json").exists():
             rows.append(json.loads((slot / "row.json").read_text()))
@@ -305,13 +307,19 @@ GRID = {  # label → (train sets, overrides of StateTrainConfig): what the dev 
                                                                   {"rank": 64}),
     "α alone, mix, title positives": (("nq:title", "tqa:title", "squad"), {"rank": 0}),
     "r = 64, mix, title positives": (("nq:title", "tqa:title", "squad"), {"rank": 64}),
+    "α alone, mix, judged positives": (("nq:judged", "tqa:judged", "squad"), {"rank": 0}),
+    "r = 16, mix, judged positives": (("nq:judged", "tqa:judged", "squad"), {"rank": 16}),
+    "r = 64, mix, judged positives": (("nq:judged", "tqa:judged", "squad"), {"rank": 64}),
 }
 
 
 def run(head_path: str, n_context: int | None = None, labels: list[str] | None = None, steps: int = 600,
-        out: str | None = None, save: str | None = None, save_label: str | None = None) -> dict:
+        out: str | None = None, save: str | None = None, save_label: str | None = None, dev: str = "dpr") -> dict:
     """The adapter experiment end to end: sets, cached states, the :data:`GRID` variants (or ``labels`` of it),
-    a result (``out``) and the best variant on dev (or ``save_label``) written as a head (``save``)."""
+    a result (``out``) and the best variant on dev (or ``save_label``) written as a head (``save``). ``dev``:
+    the natural dev sets as the ``dpr`` rule labels them, or ``judged``: their questions with a chunk read as
+    answering them, those chunks the positives (:mod:`judged_dev`); the dev check that each variant keeps, the
+    dev columns and the saved head's fusion weight follow it."""
 
     from ..core.cpu import status_line
     from ..pipeline import Explorer
@@ -331,12 +339,22 @@ def run(head_path: str, n_context: int | None = None, labels: list[str] | None =
     (test_s,) = cache_sets(head, explorer.backbone, [test], folder)
     keys, usable, train_mask = pool_of(index)
     train_s += cleaner(index, usable, trains, train_s, depth=3)
+    if dev == "judged":
+        from .judged_dev import judged_sets
+
+        judged_t, judged_s = judged_sets("dev", devs, dev_s)
+        devs = judged_t + [d for d in devs if d.name not in NATURAL_SETS]
+        dev_s = judged_s + [d for d in dev_s if d.name not in NATURAL_SETS]
     d = head.config.hidden_size
     chosen = {label: v for label, v in GRID.items() if labels is None or label in labels}
     named = {src for sources, _ in chosen.values() for src in sources}
     pooled = usable_pool(index) if any(src.endswith((":title", "~")) for src in named) else None  # BM25 built once
     if any(src.endswith(":title") for src in named):
         train_s += titled(index, pooled, trains, train_s[: len(trains)])
+    if any(src.endswith(":judged") for src in named):
+        from .judged_dev import judged_sets
+
+        train_s += judged_sets("train", trains, train_s[: len(trains)])[1]
     if any(src.endswith("~") for src in named):  # C0 without the positive
         train_s += cache_sets(head, explorer.backbone,
                               without_positive_c0(*pooled, trains, head.config.n_context), folder)
@@ -348,7 +366,7 @@ def run(head_path: str, n_context: int | None = None, labels: list[str] | None =
         variants.append(Variant(label, sources, StateTrainConfig(**settings), overrides.get("centre", False)))
     centred = centred_keys(index)[0] if any(v.centre for v in variants) else None
     rows, heads = run_variants(head, train_s, dev_s, test_s, keys, usable, train_mask, variants, centred=centred,
-                               keep=cache_dir() / "adapter_variants")
+                               keep=cache_dir() / "adapter_variants", dev_label=None if dev == "dpr" else dev)
     base = {"BM25": bm25_recall, "dense MiniLM": dense_recall}
     reference = []
     for name, fn in base.items():
@@ -358,7 +376,7 @@ def run(head_path: str, n_context: int | None = None, labels: list[str] | None =
         r |= {f"test new_wiki {k}": v for k, v in fn(index, test, torch.ones(len(index.chunks), dtype=torch.bool)
                                                       ).items()}
         reference.append(r)
-    result = {"head": display_path(head_path), "n_context": head.config.n_context,
+    result = {"head": display_path(head_path), "n_context": head.config.n_context, "dev": dev,
               "sets": {s.name + " " + side: len(s.texts) for side, group in (("train", trains), ("dev", devs))
                        for s in group} | {"new_wiki test": len(test.texts)},
               "pool": {"chunks": int(usable.sum()), "train candidates": int(train_mask.sum())},
@@ -505,8 +523,13 @@ def fit_fusion_on_dev(head, index, devs: list[TextSet], cached: list[StateSet], 
     return fit_fusion_weight(unreal, bm25, gold)
 
 
-GRID_COLUMNS = ("dev nq R@1", "dev nq R@10", "dev tqa R@1", "dev tqa R@10", "dev squad R@1", "dev squad R@10",
-                "dev mean R@1", "test new_wiki R@1", "test new_wiki R@10")
+def grid_columns(rows: list[dict]) -> list[str]:
+    """The grid table's recall columns: R@1 / R@10 of each dev set the rows hold (in the order met), the dev mean
+    R@1 and the New-Wiki test's R@1 / R@10."""
+    devs = dict.fromkeys(k.rsplit(" ", 1)[0] for r in rows for k in r
+                         if k.startswith("dev ") and k.endswith(("R@1", "R@10")) and k != "dev mean R@1")
+    return [f"{d} {m}" for d in devs for m in ("R@1", "R@10")] + ["dev mean R@1", "test new_wiki R@1",
+                                                                  "test new_wiki R@10"]
 
 
 def grid_markdown(rows: list[dict]) -> str:
@@ -515,11 +538,12 @@ def grid_markdown(rows: list[dict]) -> str:
     >>> print(grid_markdown([{"variant": "BM25", "dev nq R@1": 0.25}]).splitlines()[2][:30])
     | BM25 | — | — | 0.250 | — | —
     """
+    columns = grid_columns(rows)
     head = "| variant | parameters | best step | " + " | ".join(c.replace("test new_wiki", "New-Wiki test")
-                                                               for c in GRID_COLUMNS) + " |"
-    lines = [head, "|---" * (len(GRID_COLUMNS) + 3) + "|"]
+                                                               for c in columns) + " |"
+    lines = [head, "|---" * (len(columns) + 3) + "|"]
     for r in rows:
         params = f"{r['parameters']:,}" if "parameters" in r else "—"
         lines.append(f"| {r['variant']} | {params} | {r.get('best step', '—')} | "
-                     + " | ".join(f"{r[c]:.3f}" if c in r else "—" for c in GRID_COLUMNS) + " |")
+                     + " | ".join(f"{r[c]:.3f}" if c in r else "—" for c in columns) + " |")
     return "\n".join(lines)

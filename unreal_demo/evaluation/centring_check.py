@@ -74,8 +74,9 @@ def grid_heads(folder: Path, n_context: int) -> list[tuple[str, object, bool]]:
     for row_file in sorted(Path(folder).glob("*/row.json")):
         row = json.loads(row_file.read_text())
         head = QueryHead.load(row_file.parent / "head")
-        if head.config.n_context == n_context:
-            out.append((row["variant"], head, "keys" in row))
+        if head.config.n_context == n_context:  # a variant whose dev checks ran on the judged dev set says so
+            judged = " (step chosen on the judged dev set)" if any(":judged" in k for k in row) else ""
+            out.append((row["variant"] + judged, head, "keys" in row))
     return sorted(out, key=lambda t: t[0])
 
 

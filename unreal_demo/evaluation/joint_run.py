@@ -45,7 +45,8 @@ TRAIN_C0 = {"bm25": "C0 = BM25's top chunks", "without-positive": "C0 without th
 
 
 def run_joint(head_path: str, cfg: JointConfig, out: str | None = None, save: str | None = None,
-              log=print, train_c0: str = "bm25", keep: str = "best", n_context: int | None = None) -> dict:
+              log=print, train_c0: str = "bm25", keep: str = "best", n_context: int | None = None,
+              positives: str = "cleaner", dev: str = "dpr") -> dict:
     """Train (or resume) the joint fine-tune from ``head_path`` and score it; the best head so far sits in the run
     folder (``<cache>/joint_runs/…/best``) while it trains; ``save`` receives the best head with its fusion weight
     refitted on dev (none when no dev check beat step 0), ``out`` the result JSON. ``train_c0``: each training
@@ -54,7 +55,10 @@ def run_joint(head_path: str, cfg: JointConfig, out: str | None = None, save: st
     (``"half"``: half the visits; ``"quarter"``: a quarter); dev and test keep BM25's top chunks, as a search
     has them. ``keep``: score and save the best dev check's state (``"best"``) or the last step's (``"last"``,
     written even when the best is step 0). ``n_context``: |C0| to train and score with (default: the head's); the
-    starting row reads that many passages with the starting head's weights (:func:`adapter_run.with_context`)."""
+    starting row reads that many passages with the starting head's weights (:func:`adapter_run.with_context`).
+    ``positives``: the natural training questions' positives — ``cleaner`` (the ``dpr`` rule's, BM25 rank ≤ 3)
+    or ``judged`` (the chunks read as answering them; :mod:`judged_dev`); ``dev``: the natural dev sets labelled
+    by the ``dpr`` rule or judged by reading (the checks and the final rows)."""
     if train_c0 not in TRAIN_C0:
         raise ValueError(f"train_c0 must be one of {', '.join(TRAIN_C0)}, not {train_c0!r}")
     from ..pipeline import Explorer
@@ -66,6 +70,13 @@ def run_joint(head_path: str, cfg: JointConfig, out: str | None = None, save: st
         head = with_context(head, n_context)
     index = Index(shipped_folder(explorer))
     trains, devs, test = cached_sets(index, head.config.n_context, cache_dir() / "adapter_sets")
+    if positives == "judged" or dev == "judged":
+        from .judged_dev import judged_sets
+
+        if positives == "judged":
+            trains = judged_sets("train", trains)[0] + [t for t in trains if t.name not in NATURAL_SETS]
+        if dev == "judged":
+            devs = judged_sets("dev", devs)[0] + [d for d in devs if d.name not in NATURAL_SETS]
     folder = cache_dir() / "query_states"
     weights = None
     if train_c0 != "bm25":
@@ -92,8 +103,9 @@ def run_joint(head_path: str, cfg: JointConfig, out: str | None = None, save: st
         train_t.append(texts(q, ids, name))
         hard.append(mine(head, StateSet(name, c.groups[ids], []), pool, cfg.mined))
     dev_t = [texts(q, list(range(len(q.texts))), q.name) for q in devs]
-    settings = hashlib.sha1(json.dumps(asdict(cfg) | {"steps": None} | ({"c0": TRAIN_C0[train_c0]}
-                                       if train_c0 != "bm25" else {}), sort_keys=True).encode()).hexdigest()[:8]
+    named = (({"c0": TRAIN_C0[train_c0]} if train_c0 != "bm25" else {})
+             | ({"positives": positives} if positives != "cleaner" else {}) | ({"dev": dev} if dev != "dpr" else {}))
+    settings = hashlib.sha1(json.dumps(asdict(cfg) | {"steps": None} | named, sort_keys=True).encode()).hexdigest()[:8]
     run_folder = cache_dir() / "joint_runs" / f"{head.digest()[:12]}-{settings}"  # more --steps resume the run
     t0 = time.time()
     model, history, best = fit_joint(head, backbone, train_t, dev_t, dev_keys, cfg, run_folder, hard=hard,
@@ -105,6 +117,7 @@ def run_joint(head_path: str, cfg: JointConfig, out: str | None = None, save: st
     trained = f"ρ, α and the r = {rank} adapter" if rank else "ρ and α"
     start = f"starting head ({f'r = {rank} adapter' if rank else 'no adapter'}, ρ as given)"
     tuned = (f"joint fine-tune of {trained}" + (f", {TRAIN_C0[train_c0]}" if train_c0 != "bm25" else "")
+             + (", judged positives" if positives == "judged" else "")
              + ("" if keep == "best" else f", its last state (step {best['step']})"))
     rows = [score_row(start, head, local(dev_s, usable), dev_keys,
                       test_s, keys, {}),
@@ -113,7 +126,7 @@ def run_joint(head_path: str, cfg: JointConfig, out: str | None = None, save: st
                                        "steps run": history[-1]["step"], "seconds this call": seconds,
                                        "log": history})]
     result = {"head": display_path(head_path), "n_context": head.config.n_context,
-              "train C0": TRAIN_C0[train_c0],
+              "train C0": TRAIN_C0[train_c0], "positives": positives, "dev": dev,
               "train sets": {t.name: len(t.texts) for t in train_t}, "dev sets": {t.name: len(t.texts) for t in dev_t},
               "new_wiki test": len(test.texts), "rows": rows, "markdown": grid_markdown(rows)}
     result = write_result(result | {"cpu": status_line()}, out, explorer)  # with its provenance

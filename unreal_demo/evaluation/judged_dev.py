@@ -103,6 +103,24 @@ def candidates(index, devs, states: list[StateSet], usable: torch.Tensor, keys: 
     return rows
 
 
+def judged_sets(side: str, sets: list, states: list[StateSet] | None = None) -> tuple[list, list[StateSet]]:
+    """The natural sets of ``side`` reduced to their questions with a ``yes`` chunk, those chunks (global ids) as
+    positives, named ``nq:judged`` / ``tqa:judged``: (:class:`TextSet` list, :class:`StateSet` list, empty without
+    ``states``). The questions are the grid's, so their cached states serve unchanged."""
+    from ..core.joint_training import TextSet
+
+    verdicts = {q["id"]: q for q in load_judged(side)["questions"]}
+    texts, cached = [], []
+    natural = [(i, t) for i, t in enumerate(sets) if t.name in NATURAL_SETS]
+    for (j, t), qs in zip(natural, questions_of([t for _, t in natural]), strict=True):
+        keep = [i for i, q in enumerate(qs) if verdicts.get(q.id, {}).get("yes")]
+        positives = [list(verdicts[qs[i].id]["yes"]) for i in keep]
+        texts.append(TextSet(f"{t.name}:judged", [t.texts[i] for i in keep], [t.contexts[i] for i in keep], positives))
+        if states is not None:
+            cached.append(StateSet(f"{t.name}:judged", states[j].groups[keep], positives))
+    return texts, cached
+
+
 def judged_positives(qs, judged: dict, usable: torch.Tensor) -> tuple[list[int], list[list[int]]]:
     """(the rows of ``qs`` with a ``yes`` chunk, their ``yes`` chunks as positions among the usable chunks)."""
     remap = positions(usable)
