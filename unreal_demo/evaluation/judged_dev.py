@@ -1,20 +1,20 @@
-"""A natural-question dev set whose positives were read, not matched: the judged dev set.
+"""Natural questions whose positives were read, not matched: the judged sets.
 
-The grid's natural dev sets (:mod:`adapter_run`) are labelled by the ``dpr`` rule — the best-ranked of BM25's top
-100 chunks holding an answer alias — which is right for 13 of 50 read pairs and BM25-ranked by construction, so
-dev R@k cannot reward a head that finds a *better* chunk than the alias match BM25 found. Here every chunk that
-any compared retriever puts in its top 10 *and* that holds an answer alias is a candidate (plus the ``dpr``
-positive); each candidate is read with its question and marked ``yes`` when the chunk, read alone, states the
-answer to the question, else ``no``. A question's positives are its ``yes`` chunks; a question without one is
-left out of the recall (nobody can find it among the candidates).
+The grid's natural sets (:mod:`adapter_run`) are labelled by the ``dpr`` rule — the best-ranked of BM25's top 100
+chunks holding an answer alias — which is right for about a quarter of the questions and BM25-ranked by
+construction, so dev R@k cannot reward a head that finds a *better* chunk than the alias match BM25 found. Here
+every chunk that holds an answer alias and sits in the top :data:`DEPTH` of any compared retriever (BM25, dense
+MiniLM, the shipped heads; plus the ``dpr`` positive) is a candidate, and each candidate is read with its question
+and marked by :data:`RULE`. A question's positives are its ``yes`` chunks; a question without one is left out
+(nobody can find it among the candidates); ``lenient`` rows count ``partial`` chunks too.
 
-The questions are the grid's NQ and TriviaQA dev questions, so their cached query states serve unchanged and
-every finished variant is scored in seconds. A retriever's R@10 is exact for the retrievers that made the
-candidates; for any other head, an unread alias chunk in its top 10 counts as a miss, and :func:`score` reports
-how many such chunks there were.
+The questions are the grid's NQ and TriviaQA questions, so their cached query states serve unchanged and every
+finished variant is scored in seconds. R@10 is exact for the retrievers that made the candidates; for any other
+head an unread alias chunk in its top 10 counts as a miss, and :func:`run` reports how many there were.
 
-    python -m unreal_demo adapter --judged-dev candidates   # writes <cache>/judged_dev/candidates.jsonl
-    python -m unreal_demo adapter --judged-dev score --out precomputed/judged_dev_recall.json
+    python -m unreal_demo adapter --judged candidates [--side train]  # <cache>/judged_dev/candidates*.jsonl
+    python -m unreal_demo adapter --judged collect --verdicts V.jsonl ... --judged-by WHO [--side train]
+    python -m unreal_demo adapter --judged score --out precomputed/judged_dev_recall.json
 """
 
 from __future__ import annotations
@@ -29,23 +29,27 @@ from ..core.selection import reciprocal_rank_fusion, score_fusion
 from ..core.state_training import StateSet, recall_from_scores, scores
 from ..data.answers import occurs
 from ..data.natural import load_natural
+from ..settings import PRECOMPUTED
 from .adapter_run import NATURAL_SETS, bm25_within, positions
 
 DEPTH = 10  # each retriever's top DEPTH chunks are read for an answer alias
-SIDES = ("dev", "train")
+HEADS = ("smollm2-135m-mix", "smollm2-135m-mix-alpha", "smollm2-135m-mix-adapter")  # precomputed/heads/…
 
 
 def judged_path(side: str = "dev") -> Path:
     """Where the judged ``side`` is kept: ``precomputed/judged/{dev,train}.json.gz``."""
-    return Path(__file__).resolve().parents[2] / "precomputed" / "judged" / f"{side}.json.gz"
+    return PRECOMPUTED / "judged" / f"{side}.json.gz"
 
 
 def load_judged(side: str = "dev") -> dict:
     """The judged ``side`` (:func:`collect`'s output)."""
     return json.loads(gzip.decompress(judged_path(side).read_bytes()))
-RULE = ("yes: the chunk, read alone, states the answer to the question (an answer alias in a sentence that says "
-        "it is the answer, or an unambiguous paraphrase); no: the alias occurs but the chunk does not say it "
-        "answers this question (a passing mention, another sense of the word, a list)")
+
+
+RULE = ("yes: the chunk, read alone with its title, states the answer to the question, key constraints (date, "
+        "place, role) included, or one clue that pins the answer down; partial: it links the answer to the "
+        "question's topic but misses one key constraint, gives only part of a many-part answer, or needs a small "
+        "outside inference; no: the answer string occurs in passing, in another sense or another context")
 
 
 def questions_of(sets) -> list[list]:
@@ -161,9 +165,7 @@ def candidate_heads(explorer) -> dict[str, object]:
     from ..settings import cache_dir
     from .centring_check import grid_heads
 
-    root = Path(__file__).resolve().parents[2] / "precomputed" / "heads"
-    heads = {name: QueryHead.load(root / name / "head")
-             for name in ("smollm2-135m-mix", "smollm2-135m-mix-alpha", "smollm2-135m-mix-adapter")}
+    heads = {name: QueryHead.load(PRECOMPUTED / "heads" / name / "head") for name in HEADS}
     n = explorer.head.config.n_context
     heads |= {label: h for label, h, _ in grid_heads(cache_dir() / "adapter_variants", n)
               if label == "α alone, mix, title positives"}
@@ -245,8 +247,7 @@ def _open():
     from ..pipeline import Explorer
     from ..store.index import Index, shipped_folder
 
-    explorer = Explorer.load(head=str(Path(__file__).resolve().parents[2] / "precomputed" / "heads"
-                                      / "smollm2-135m-mix" / "head.json"), require_head=True)
+    explorer = Explorer.load(head=str(PRECOMPUTED / "heads" / HEADS[0] / "head.json"), require_head=True)
     return explorer, Index(shipped_folder(explorer))
 
 
@@ -304,9 +305,7 @@ def run(out: str | None = None) -> dict:
     bm25 = [bm25_within(index, d.texts, usable)[:, usable] for d in devs]
     reference = [row("BM25", bm25),
                  row("dense MiniLM", [embed(d.texts) @ _dense_vectors(index)[usable].T for d in devs])]
-    root = Path(__file__).resolve().parents[2] / "precomputed" / "heads"
-    models = [(name, QueryHead.load(root / name / "head"), False)
-              for name in ("smollm2-135m-mix", "smollm2-135m-mix-alpha", "smollm2-135m-mix-adapter")]
+    models = [(name, QueryHead.load(PRECOMPUTED / "heads" / name / "head"), False) for name in HEADS]
     models += [(f"grid: {label}", h, c) for label, h, c in grid_heads(cache_dir() / "adapter_variants",
                                                                        explorer.head.config.n_context)]
     rows = [row(label, [scores(h, s.groups, centred if c else keys) for s in base]) for label, h, c in models]
