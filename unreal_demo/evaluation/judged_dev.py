@@ -252,7 +252,8 @@ def _open():
 
 
 def joint_heads(start) -> list[tuple[str, object]]:
-    """The last state of every joint fine-tune from ``start`` kept on this machine (``<cache>/joint_runs``)."""
+    """The last state of every joint fine-tune from ``start`` kept on this machine (``<cache>/joint_runs``), and its
+    best dev check's state when that is neither step 0 nor the last step."""
     from ..core.head import QueryHead
     from ..settings import cache_dir
 
@@ -263,10 +264,13 @@ def joint_heads(start) -> list[tuple[str, object]]:
         c0 = ("C0 from BM25" if not any("~" in n for n in names) else "every visit without the positive"
               if all("~" in n for n in names) else "1 in 4 visits without the positive" if "weights" in settings
               else "1 in 2 visits without the positive")
-        head = QueryHead(start.config)
-        head.load_state_dict(state["model"])
-        out.append((f"joint ρ + α, {c0}, lr(ρ) {settings['lr_rho']:g}, step {state['history'][-1]['step']}",
-                    head.eval()))
+        label = (f"joint ρ + α, {c0}{', judged positives' if any(':judged' in n for n in names) else ''}, "
+                 f"lr(ρ) {settings['lr_rho']:g}")
+        last, best = state["history"][-1]["step"], state["best"]["step"]
+        for step, weights in ((last, state["model"]), *(((best, state["best_state"]),) if 0 < best < last else ())):
+            head = QueryHead(start.config)
+            head.load_state_dict(weights)
+            out.append((f"{label}, step {step}" + (" (its best dev check)" if step == best else ""), head.eval()))
     return out
 
 
