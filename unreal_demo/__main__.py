@@ -213,10 +213,13 @@ def _adapter(args: argparse.Namespace) -> None:
 
         if args.steps < 1 or args.batch < 1 or (args.patience is not None and args.patience < 1):
             raise UserError("--steps, --batch and --patience must be at least 1")
+        if args.distil < 0:
+            raise UserError("--distil is a loss weight, at least 0")
         if args.r10_within is not None and not 0 <= args.r10_within <= 1:
             raise UserError("--r10-within is a recall difference from 0 to 1")
         cfg = JointConfig(steps=args.steps, batch=args.batch, lr_rho=args.lr_rho, lr=args.lr,
-                          r10_within=args.r10_within, **({} if args.patience is None else {"patience": args.patience}))
+                          r10_within=args.r10_within, distil=args.distil,
+                          **({} if args.patience is None else {"patience": args.patience}))
         result = run_joint(head, cfg, args.out, args.save, train_c0=args.train_c0, keep=args.keep,
                            n_context=args.n_context, positives=args.positives, dev=args.dev)
         print(result["markdown"])
@@ -651,6 +654,9 @@ def build_parser() -> argparse.ArgumentParser:
     ad.add_argument("--keep", choices=("best", "last"), default="best",
                     help="--joint: score and save the best dev check's state or the last step's")
     ad.add_argument("--batch", type=int, default=16, help="--joint: questions per step")
+    ad.add_argument("--distil", type=float, default=0.0,
+                    help="--joint: weight of a KL term keeping each SQuAD-style training question's candidate scores "
+                    "near the starting head's (0: none)")
     ad.add_argument("--lr-rho", dest="lr_rho", type=float, default=5e-4, help="--joint: learning rate of ρ")
     ad.add_argument("--lr", type=float, default=5e-4, help="--joint: learning rate of α and the adapter")
     ad.set_defaults(func=_adapter)

@@ -138,3 +138,24 @@ def test_weights_must_name_every_train_set(tiny, tmp_path):
     train, dev, keys = _data()
     with pytest.raises(ValueError, match="2 weights for 1 train sets"):
         fit_joint(_head(tiny), tiny, train, dev, keys, JointConfig(steps=1), tmp_path, weights=[3.0, 1.0])
+
+
+def test_distillation_holds_the_held_questions_near_the_starting_head(tiny, tmp_path):
+    from unreal_demo.core.joint_training import distillation, query_vectors
+    from unreal_demo.core.maxsim import maxsim_reference
+
+    train, dev, keys = _data()
+    head = _head(tiny)
+    start = query_vectors(head, tiny, train[0].texts, train[0].contexts)  # (N, G, d)
+    cfg = {"steps": 4, "batch": 4, "lr_rho": 5e-2, "lr": 5e-2, "dev_every": 4, "sampled": 8, "dev_per_set": 4,
+           "patience": 9}
+    free, _, _ = fit_joint(head, tiny, train, dev, keys, JointConfig(**cfg), tmp_path / "free", keep="last")
+    held, _, _ = fit_joint(head, tiny, train, dev, keys, JointConfig(**cfg, distil=50.0), tmp_path / "held",
+                           keep="last", held=[start])
+
+    def drift(model) -> float:
+        now = query_vectors(model, tiny, train[0].texts, train[0].contexts)
+        return float(distillation(maxsim_reference(now, keys), maxsim_reference(start, keys), 0.05))
+
+    assert drift(held) < drift(free)
+    assert "distil" not in torch.load(tmp_path / "free" / "checkpoint.pt", weights_only=False)["settings"]

@@ -56,6 +56,29 @@ class JointConfig:
     prefix_cache: str = "float16"  # keep each question's prefix KV in this dtype after its first pass ("": never)
     r10_within: float | None = None  # keep the best mean R@10 among checks at most this far below step 0's mean R@1
     # (None: the best mean R@1), on the dev sample
+    distil: float = 0.0  # weight of the KL term holding the held questions' candidate scores near the starting head's
+
+
+def settings_of(cfg: JointConfig) -> dict:
+    """``cfg`` as a record for run folders and checkpoints; ``distil`` only when used, so runs made before it
+    existed keep their folders.
+
+    >>> "distil" in settings_of(JointConfig()), settings_of(JointConfig(distil=0.5))["distil"]
+    (False, 0.5)
+    """
+    return {k: v for k, v in asdict(cfg).items() if not (k == "distil" and not v)}
+
+
+def distillation(student: torch.Tensor, teacher: torch.Tensor, temperature: float) -> torch.Tensor:
+    """KL(teacher ‖ student) of the two softmax distributions over the same candidates, averaged over rows: the
+    term that holds a question's ranking where the starting head had it.
+
+    >>> s = torch.tensor([[1.0, 0.0, 0.5]])
+    >>> float(distillation(s, s, 0.05)), bool(distillation(s, s.flip(-1), 0.05) > 0)
+    (0.0, True)
+    """
+    t = torch.log_softmax(teacher / temperature, dim=-1)  # (B, C)
+    return (t.exp() * (t - torch.log_softmax(student / temperature, dim=-1))).sum(-1).mean()
 
 
 @dataclass
@@ -186,7 +209,8 @@ def draw(gen: random.Random, sizes: Sequence[int], batch: int, weights: Sequence
 def fit_joint(head: QueryHead, backbone, train: Sequence[TextSet], dev: Sequence[TextSet], keys: torch.Tensor,
               cfg: JointConfig, out: str | Path, hard: Sequence[Sequence[torch.Tensor]] | None = None,
               train_mask: torch.Tensor | None = None, log: Callable[[dict], None] | None = None,
-              keep: str = "best", weights: Sequence[float] | None = None) -> tuple[QueryHead, list[dict], dict]:
+              keep: str = "best", weights: Sequence[float] | None = None,
+              held: Sequence[torch.Tensor | None] | None = None) -> tuple[QueryHead, list[dict], dict]:
     """Fine-tune ρ, α and the adapter of a copy of ``head`` jointly (Eq. 6), resumable from ``out``.
 
     Parameters
@@ -202,6 +226,9 @@ def fit_joint(head: QueryHead, backbone, train: Sequence[TextSet], dev: Sequence
         best-check rule does not keep).
     weights : per train set, how often a batch question comes from it relative to the others (default: alike;
         equal weights draw other batches than None, which repeats the runs from before weights existed).
+    held : per train set, the starting head's query vectors ``(N, G, d)`` of its questions, or None: with
+        ``cfg.distil`` > 0 each batch question of a held set adds ``distil`` × :func:`distillation` of its
+        candidate scores toward the starting head's (which keeps what the head already ranks well while ρ moves).
 
     Returns
     -------
@@ -240,7 +267,8 @@ def fit_joint(head: QueryHead, backbone, train: Sequence[TextSet], dev: Sequence
         return row
 
     ckpt = out / "checkpoint.pt"
-    settings = asdict(cfg) | {"steps": None, "head": head.digest(), "sets": [[s.name, len(s.texts)] for s in train]} | (
+    settings = settings_of(cfg) | {"steps": None, "head": head.digest(),
+                                   "sets": [[s.name, len(s.texts)] for s in train]} | (
         {"weights": list(weights)} if weights is not None else {})
     # (more steps may be asked of a resumed run; every other setting must match)
     if ckpt.exists():
@@ -270,7 +298,12 @@ def fit_joint(head: QueryHead, backbone, train: Sequence[TextSet], dev: Sequence
         q = model(backbone, [train[i].texts[j] for i, j in picks], [train[i].contexts[j] for i, j in picks],
                   prefix(model, train, picks))
         s = maxsim_reference(q.float().cpu(), pool[step_cand])  # (B, C)
-        running.append(descend(opt, info_nce(s, positive, cfg.temperature)))
+        loss = info_nce(s, positive, cfg.temperature)
+        rows = [b for b, (i, _) in enumerate(picks) if cfg.distil and held is not None and held[i] is not None]
+        if rows:
+            t = torch.stack([held[picks[b][0]][picks[b][1]] for b in rows]).float()  # (H, G, d)
+            loss = loss + cfg.distil * distillation(s[rows], maxsim_reference(t, pool[step_cand]), cfg.temperature)
+        running.append(descend(opt, loss))
         if step % cfg.dev_every == 0 or step == cfg.steps:
             history.append(dev_row(check, step, running, started))
             row = history[-1]

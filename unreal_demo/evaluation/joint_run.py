@@ -14,11 +14,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import time
 from dataclasses import asdict
 
+import torch
+
 from ..core.cpu import status_line
-from ..core.joint_training import JointConfig, TextSet, fit_joint
+from ..core.joint_training import JointConfig, TextSet, fit_joint, settings_of
 from ..core.state_training import StateSet, mine
 from ..settings import cache_dir, display_path
 from .adapter_run import (
@@ -95,21 +98,26 @@ def run_joint(head_path: str, cfg: JointConfig, out: str | None = None, save: st
         return TextSet(name, [q.texts[i] for i in ids], [q.contexts[i] for i in ids],
                        [[int(remap[j]) for j in q.positives[i] if remap[j] >= 0] for i in ids])
 
-    train_t, hard = [], []
+    train_t, hard, kept = [], [], []
     for q, c in zip(trains, train_s, strict=True):
         natural = q.name.rstrip("~") in NATURAL_SETS  # cleaner()'s rule: natural sets keep their cleaner positives only
         ids = clean_ids(index, usable, q, DEPTH) if natural else list(range(len(q.texts)))
         name = f"{q.name}@{DEPTH}" if natural else q.name
         train_t.append(texts(q, ids, name))
+        kept.append(ids)
         hard.append(mine(head, StateSet(name, c.groups[ids], []), pool, cfg.mined))
     dev_t = [texts(q, list(range(len(q.texts))), q.name) for q in devs]
     named = (({"c0": TRAIN_C0[train_c0]} if train_c0 != "bm25" else {})
              | ({"positives": positives} if positives != "cleaner" else {}) | ({"dev": dev} if dev != "dpr" else {}))
-    settings = hashlib.sha1(json.dumps(asdict(cfg) | {"steps": None} | named, sort_keys=True).encode()).hexdigest()[:8]
+    settings = hashlib.sha1(json.dumps(settings_of(cfg) | {"steps": None} | named,
+                                       sort_keys=True).encode()).hexdigest()[:8]
     run_folder = cache_dir() / "joint_runs" / f"{head.digest()[:12]}-{settings}"  # more --steps resume the run
     t0 = time.time()
+    with torch.no_grad():  # the starting head's query vectors of the SQuAD-style questions, held by --distil
+        held = [None if re.split(r"[~:@]", t.name)[0] in NATURAL_SETS else head.from_layer_groups(c.groups[ids].float())
+                for t, c, ids in zip(train_t, train_s, kept, strict=True)] if cfg.distil else None
     model, history, best = fit_joint(head, backbone, train_t, dev_t, dev_keys, cfg, run_folder, hard=hard,
-                               train_mask=cand_mask, log=log, keep=keep, weights=weights)
+                               train_mask=cand_mask, log=log, keep=keep, weights=weights, held=held)
     seconds = round(time.time() - t0, 1)
     new_dev = cache_sets(model, backbone, devs, folder)
     (new_test,) = cache_sets(model, backbone, [test], folder)
@@ -118,6 +126,7 @@ def run_joint(head_path: str, cfg: JointConfig, out: str | None = None, save: st
     start = f"starting head ({f'r = {rank} adapter' if rank else 'no adapter'}, ρ as given)"
     tuned = (f"joint fine-tune of {trained}" + (f", {TRAIN_C0[train_c0]}" if train_c0 != "bm25" else "")
              + (", judged positives" if positives == "judged" else "")
+             + (f", distillation {cfg.distil:g} toward the start on SQuAD-style questions" if cfg.distil else "")
              + ("" if keep == "best" else f", its last state (step {best['step']})"))
     rows = [score_row(start, head, local(dev_s, usable), dev_keys,
                       test_s, keys, {}),
