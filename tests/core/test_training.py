@@ -107,6 +107,7 @@ def test_shipped_ablations_file_reads_as_sweeps():
     known["query-adapter"] = set(GRID) | {"shipped head (no adapter)", "shipped head (no adapter), keys centred",
                                           "BM25", "dense MiniLM"}  # `adapter` command
     known["query-adapter-c0-5"] = known["centring-fresh-dev"] = known["query-adapter"]  # --n-context 5, centring
+    known["query-adapter-judged-dev"] = known["query-adapter"]  # --dev judged
     joint = sweeps.pop("joint-fine-tune")  # `adapter --joint` runs: each row is one of its result file's rows
     for row in joint["rows"]:
         result = json.loads((PRECOMPUTED.parent / row["result"]).read_text())
