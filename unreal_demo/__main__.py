@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 
 from .core.codec import CODECS, DENSE_CODECS
@@ -207,14 +208,18 @@ def _adapter(args: argparse.Namespace) -> None:
     head = args.head or str(DEFAULT_HEADS[DEFAULT_MODEL].with_suffix(".json"))
     if args.n_context is not None and not 0 <= args.n_context <= 16:
         raise UserError(f"--n-context is |C0|, from 0 to 16 passages, not {args.n_context}")
+    if not args.joint and (args.positives != "cleaner" or args.distil):
+        raise UserError("--positives and --distil belong to --joint runs")
+    if args.judged and (args.joint or args.centring_check or args.dev != "dpr"):
+        raise UserError("--judged runs alone: not with --joint, --centring-check or --dev")
     if args.joint:
         from .core.joint_training import JointConfig
         from .evaluation.joint_run import run_joint
 
         if args.steps < 1 or args.batch < 1 or (args.patience is not None and args.patience < 1):
             raise UserError("--steps, --batch and --patience must be at least 1")
-        if args.distil < 0:
-            raise UserError("--distil is a loss weight, at least 0")
+        if not math.isfinite(args.distil) or args.distil < 0:
+            raise UserError(f"--distil is a loss weight, a finite number of at least 0, not {args.distil}")
         if args.r10_within is not None and not 0 <= args.r10_within <= 1:
             raise UserError("--r10-within is a recall difference from 0 to 1")
         cfg = JointConfig(steps=args.steps, batch=args.batch, lr_rho=args.lr_rho, lr=args.lr,
@@ -257,6 +262,9 @@ def _judged_dev(args: argparse.Namespace) -> None:
         missing = [f for f in args.verdicts if not Path(f).is_file()]
         if missing:
             raise InputError(f"no verdict file {missing[0]}")
+        if not judged_dev.candidates_path(args.side).is_file():
+            raise InputError(f"no candidates to collect verdicts for: run `adapter --judged candidates --side "
+                             f"{args.side}` first")
         try:
             judged = judged_dev.collect(judged_dev.candidates_path(args.side), args.verdicts, args.judged_by,
                                         judged_dev.judged_path(args.side))
@@ -640,8 +648,8 @@ def build_parser() -> argparse.ArgumentParser:
     ad.add_argument("--dev", choices=("dpr", "judged"), default="dpr",
                     help="the grid's natural dev sets: labelled by the dpr rule, or their questions with a chunk "
                     "judged by reading to answer them (precomputed/judged/dev.json.gz)")
-    ad.add_argument("--verdicts", nargs="*", default=None, help="--judged-dev collect: the verdict files (JSON lines)")
-    ad.add_argument("--judged-by", dest="judged_by", default=None, help="--judged-dev collect: who read them")
+    ad.add_argument("--verdicts", nargs="*", default=None, help="--judged collect: the verdict files (JSON lines)")
+    ad.add_argument("--judged-by", dest="judged_by", default=None, help="--judged collect: who read them")
     ad.add_argument("--train-c0", dest="train_c0", choices=("bm25", "without-positive", "half", "quarter"),
                     default="bm25", help="--joint: each training question's C0: BM25's top chunks (as a search has "
                     "them), those that are not its positive, or each question once with each (half: drawn alike; "

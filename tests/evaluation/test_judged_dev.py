@@ -84,3 +84,62 @@ def test_grid_table_follows_the_dev_sets_it_was_scored_on():
                                    "dev mean R@1", "test new_wiki R@1", "test new_wiki R@10"]
     line = "| v | — | — | 0.500 | 0.800 | 0.700 | 0.900 | 0.600 | 0.690 | 0.880 |"
     assert grid_markdown([row]).splitlines()[2] == line
+
+
+def test_judged_sets_keep_texts_contexts_states_and_positives_aligned(monkeypatch):
+    from unreal_demo.core.joint_training import TextSet
+    from unreal_demo.core.state_training import StateSet
+    from unreal_demo.evaluation import judged_dev
+
+    qs = [NaturalQuestion(f"nq_open:{i}", f"q{i}?", ("a",)) for i in range(4)]
+    monkeypatch.setattr(judged_dev, "questions_of", lambda sets: [qs for _ in sets])
+    monkeypatch.setattr(judged_dev, "load_judged", lambda side: {"questions": [
+        {"id": "nq_open:1", "yes": [7, 3], "partial": [], "no": []},
+        {"id": "nq_open:2", "yes": [], "partial": [5], "no": []},
+        {"id": "nq_open:3", "yes": [9], "partial": [], "no": [2]}]})
+    texts = TextSet("nq", [q.text for q in qs], [[f"c{i}"] for i in range(4)], [[i] for i in range(4)])
+    squad = TextSet("squad", ["s?"], [["c"]], [[0]])
+    groups = torch.arange(4.0).view(4, 1, 1, 1)  # question i's states hold the number i
+    sets, states = judged_dev.judged_sets("dev", [texts, squad], [StateSet("nq", groups, []),
+                                                                  StateSet("squad", groups[:1], [])])
+    assert [s.name for s in sets] == ["nq:judged"] and sets[0].texts == ["q1?", "q3?"]
+    assert sets[0].contexts == [["c1"], ["c3"]] and sets[0].positives == [[7, 3], [9]]
+    assert states[0].groups.flatten().tolist() == [1.0, 3.0] and states[0].positives == [[7, 3], [9]]
+    assert judged_dev.judged_sets("dev", [texts])[1] == []  # no states given: the text sets alone
+
+
+@pytest.mark.parametrize("line, message", [
+    ('{"id": "q:0", "chunk": 5}', "not a verdict line"),
+    ("[1, 2]", "not a verdict line"),
+    ('{"id": "q:0", "chunk": 5, "verdict": "no"}\n{"id": "q:0", "chunk": 5, "verdict": "yes"}', "read both"),
+])
+def test_collect_names_the_bad_line(tmp_path, line, message):
+    path = tmp_path / "v.jsonl"
+    path.write_text(line + "\n")
+    with pytest.raises(ValueError, match=message) as err:
+        collect(_candidates(tmp_path, ROWS), [path], "a reader", tmp_path / "j.json")
+    assert "v.jsonl:" in str(err.value)
+
+
+@pytest.mark.parametrize("args, match", [
+    (["adapter", "--distil", "1"], "belong to --joint"),
+    (["adapter", "--joint", "--distil", "nan"], "finite number"),
+    (["adapter", "--judged", "score", "--joint"], "--judged runs alone"),
+    (["adapter", "--judged", "collect"], "needs --verdicts"),
+])
+def test_bad_adapter_flags_are_one_line(capsys, args, match):
+    from unreal_demo.__main__ import main
+
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and match in err
+
+
+def test_collect_before_candidates_is_one_line(capsys, tmp_path, monkeypatch):
+    from unreal_demo.__main__ import main
+    from unreal_demo.evaluation import judged_dev
+
+    monkeypatch.setattr(judged_dev, "candidates_path", lambda side: tmp_path / "none.jsonl")
+    verdicts = _verdicts(tmp_path, [("q:0", 5, "no")])
+    assert main(["adapter", "--judged", "collect", "--verdicts", str(verdicts), "--judged-by", "me"]) == 2
+    assert "run `adapter --judged candidates" in capsys.readouterr().err

@@ -239,6 +239,8 @@ def fit_joint(head: QueryHead, backbone, train: Sequence[TextSet], dev: Sequence
         raise ValueError(f"keep must be 'best' or 'last', not {keep!r}")
     if weights is not None and len(weights) != len(train):
         raise ValueError(f"{len(weights)} weights for {len(train)} train sets")
+    if cfg.distil and (held is None or len(held) != len(train)):
+        raise ValueError("distil needs the held query vectors of every train set (None for a set not held)")
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     gen = random.Random(cfg.seed)

@@ -339,9 +339,11 @@ def run(head_path: str, n_context: int | None = None, labels: list[str] | None =
     (test_s,) = cache_sets(head, explorer.backbone, [test], folder)
     keys, usable, train_mask = pool_of(index)
     train_s += cleaner(index, usable, trains, train_s, depth=3)
-    if dev == "judged":
-        from .judged_dev import judged_sets
+    if dev not in ("dpr", "judged"):
+        raise ValueError(f"dev must be 'dpr' or 'judged', not {dev!r}")
+    from .judged_dev import judged_digest, judged_sets
 
+    if dev == "judged":
         judged_t, judged_s = judged_sets("dev", devs, dev_s)
         devs = judged_t + [d for d in devs if d.name not in NATURAL_SETS]
         dev_s = judged_s + [d for d in dev_s if d.name not in NATURAL_SETS]
@@ -352,8 +354,6 @@ def run(head_path: str, n_context: int | None = None, labels: list[str] | None =
     if any(src.endswith(":title") for src in named):
         train_s += titled(index, pooled, trains, train_s[: len(trains)])
     if any(src.endswith(":judged") for src in named):
-        from .judged_dev import judged_sets
-
         train_s += judged_sets("train", trains, train_s[: len(trains)])[1]
     if any(src.endswith("~") for src in named):  # C0 without the positive
         train_s += cache_sets(head, explorer.backbone,
@@ -366,7 +366,8 @@ def run(head_path: str, n_context: int | None = None, labels: list[str] | None =
         variants.append(Variant(label, sources, StateTrainConfig(**settings), overrides.get("centre", False)))
     centred = centred_keys(index)[0] if any(v.centre for v in variants) else None
     rows, heads = run_variants(head, train_s, dev_s, test_s, keys, usable, train_mask, variants, centred=centred,
-                               keep=cache_dir() / "adapter_variants", dev_label=None if dev == "dpr" else dev)
+                               keep=cache_dir() / "adapter_variants",
+                               dev_label=None if dev == "dpr" else f"{dev} {judged_digest()}")
     base = {"BM25": bm25_recall, "dense MiniLM": dense_recall}
     reference = []
     for name, fn in base.items():

@@ -64,6 +64,9 @@ def run_joint(head_path: str, cfg: JointConfig, out: str | None = None, save: st
     by the ``dpr`` rule or judged by reading (the checks and the final rows)."""
     if train_c0 not in TRAIN_C0:
         raise ValueError(f"train_c0 must be one of {', '.join(TRAIN_C0)}, not {train_c0!r}")
+    if positives not in ("cleaner", "judged") or dev not in ("dpr", "judged"):
+        raise ValueError(f"positives must be 'cleaner' or 'judged' and dev 'dpr' or 'judged', not {positives!r}, "
+                         f"{dev!r}")
     from ..pipeline import Explorer
     from ..store.index import Index, shipped_folder
 
@@ -74,7 +77,7 @@ def run_joint(head_path: str, cfg: JointConfig, out: str | None = None, save: st
     index = Index(shipped_folder(explorer))
     trains, devs, test = cached_sets(index, head.config.n_context, cache_dir() / "adapter_sets")
     if positives == "judged" or dev == "judged":
-        from .judged_dev import judged_sets
+        from .judged_dev import judged_digest, judged_sets
 
         if positives == "judged":
             trains = judged_sets("train", trains)[0] + [t for t in trains if t.name not in NATURAL_SETS]
@@ -100,7 +103,8 @@ def run_joint(head_path: str, cfg: JointConfig, out: str | None = None, save: st
 
     train_t, hard, kept = [], [], []
     for q, c in zip(trains, train_s, strict=True):
-        natural = q.name.rstrip("~") in NATURAL_SETS  # cleaner()'s rule: natural sets keep their cleaner positives only
+        # cleaner()'s rule: the dpr-labelled natural sets keep their cleaner positives only (judged sets: all)
+        natural = q.name.rstrip("~") in NATURAL_SETS
         ids = clean_ids(index, usable, q, DEPTH) if natural else list(range(len(q.texts)))
         name = f"{q.name}@{DEPTH}" if natural else q.name
         train_t.append(texts(q, ids, name))
@@ -108,7 +112,8 @@ def run_joint(head_path: str, cfg: JointConfig, out: str | None = None, save: st
         hard.append(mine(head, StateSet(name, c.groups[ids], []), pool, cfg.mined))
     dev_t = [texts(q, list(range(len(q.texts))), q.name) for q in devs]
     named = (({"c0": TRAIN_C0[train_c0]} if train_c0 != "bm25" else {})
-             | ({"positives": positives} if positives != "cleaner" else {}) | ({"dev": dev} if dev != "dpr" else {}))
+             | ({"positives": positives} if positives != "cleaner" else {}) | ({"dev": dev} if dev != "dpr" else {})
+             | ({"judged": judged_digest()} if "judged" in (positives, dev) else {}))  # the verdicts it was built on
     settings = hashlib.sha1(json.dumps(settings_of(cfg) | {"steps": None} | named,
                                        sort_keys=True).encode()).hexdigest()[:8]
     run_folder = cache_dir() / "joint_runs" / f"{head.digest()[:12]}-{settings}"  # more --steps resume the run

@@ -20,6 +20,7 @@ head an unread alias chunk in its top 10 counts as a miss, and :func:`run` repor
 from __future__ import annotations
 
 import gzip
+import hashlib
 import json
 from pathlib import Path
 
@@ -29,7 +30,7 @@ from ..core.selection import reciprocal_rank_fusion, score_fusion
 from ..core.state_training import StateSet, recall_from_scores, scores
 from ..data.answers import occurs
 from ..data.natural import load_natural
-from ..settings import PRECOMPUTED
+from ..settings import DEFAULT_HEADS, DEFAULT_MODEL, PRECOMPUTED
 from .adapter_run import NATURAL_SETS, bm25_within, positions
 
 DEPTH = 10  # each retriever's top DEPTH chunks are read for an answer alias
@@ -39,6 +40,16 @@ HEADS = ("smollm2-135m-mix", "smollm2-135m-mix-alpha", "smollm2-135m-mix-adapter
 def judged_path(side: str = "dev") -> Path:
     """Where the judged ``side`` is kept: ``precomputed/judged/{dev,train}.json.gz``."""
     return PRECOMPUTED / "judged" / f"{side}.json.gz"
+
+
+def judged_digest() -> str:
+    """8 hex digits of the SHA-1 of both judged files: runs and grid variants built on them are kept apart from
+    those built on other verdicts."""
+    h = hashlib.sha1()
+    for side in ("dev", "train"):
+        path = judged_path(side)
+        h.update(gzip.decompress(path.read_bytes()) if path.exists() else b"")
+    return h.hexdigest()[:8]
 
 
 def load_judged(side: str = "dev") -> dict:
@@ -110,7 +121,8 @@ def candidates(index, devs, states: list[StateSet], usable: torch.Tensor, keys: 
 def judged_sets(side: str, sets: list, states: list[StateSet] | None = None) -> tuple[list, list[StateSet]]:
     """The natural sets of ``side`` reduced to their questions with a ``yes`` chunk, those chunks (global ids) as
     positives, named ``nq:judged`` / ``tqa:judged``: (:class:`TextSet` list, :class:`StateSet` list, empty without
-    ``states``). The questions are the grid's, so their cached states serve unchanged."""
+    ``states``). The questions are the grid's, so the StateSets are slices of their cached states (a joint run,
+    which passes none, caches the reduced sets' states anew)."""
     from ..core.joint_training import TextSet
 
     verdicts = {q["id"]: q for q in load_judged(side)["questions"]}
@@ -130,7 +142,7 @@ def judged_positives(qs, judged: dict, usable: torch.Tensor) -> tuple[list[int],
     remap = positions(usable)
     verdicts = {q["id"]: q for q in judged["questions"]}
     keep = [i for i, q in enumerate(qs) if verdicts.get(q.id, {}).get("yes")]
-    return keep, [[int(remap[c]) for c in verdicts[qs[i].id]["yes"]] for i in keep]
+    return keep, [[int(remap[c]) for c in verdicts[qs[i].id]["yes"] if remap[c] >= 0] for i in keep]
 
 
 def unread(top: list[list[int]], qs, judged: dict, index, pool: torch.Tensor) -> int:
@@ -222,12 +234,19 @@ def collect(candidates_file: Path, verdict_files: list[Path], judged_by: str, ou
     rows = [json.loads(line) for line in Path(candidates_file).read_text().splitlines()]
     verdicts: dict[tuple[str, int], str] = {}
     for f in verdict_files:
-        for line in Path(f).read_text().splitlines():
-            if line.strip():
+        for n, line in enumerate(Path(f).read_text().splitlines(), start=1):
+            if not line.strip():
+                continue
+            try:
                 v = json.loads(line)
-                if v["verdict"] not in ("yes", "partial", "no"):
-                    raise ValueError(f"unknown verdict {v['verdict']!r} for {v['id']} chunk {v['chunk']}")
-                verdicts[(v["id"], int(v["chunk"]))] = v["verdict"]
+                pair, verdict = (str(v["id"]), int(v["chunk"])), v["verdict"]
+            except (json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
+                raise ValueError(f"{f}:{n}: not a verdict line {{\"id\", \"chunk\", \"verdict\"}} ({e})") from None
+            if verdict not in ("yes", "partial", "no"):
+                raise ValueError(f"{f}:{n}: unknown verdict {verdict!r} for {pair[0]} chunk {pair[1]}")
+            if verdicts.get(pair, verdict) != verdict:
+                raise ValueError(f"{f}:{n}: {pair[0]} chunk {pair[1]} is read both {verdicts[pair]!r} and {verdict!r}")
+            verdicts[pair] = verdict
     wanted = {(r["id"], c["chunk"]) for r in rows for c in r["chunks"]}
     if missing := wanted - verdicts.keys():
         raise ValueError(f"{len(missing)} candidates have no verdict, e.g. {sorted(missing)[0]}")
@@ -264,8 +283,10 @@ def joint_heads(start) -> list[tuple[str, object]]:
         c0 = ("C0 from BM25" if not any("~" in n for n in names) else "every visit without the positive"
               if all("~" in n for n in names) else "1 in 4 visits without the positive" if "weights" in settings
               else "1 in 2 visits without the positive")
+        judged_dev = any(":judged" in k for k in state["history"][0])  # its dev checks ran on the judged set
         label = (f"joint ρ + α, {c0}{', judged positives' if any(':judged' in n for n in names) else ''}, "
-                 f"lr(ρ) {settings['lr_rho']:g}")
+                 f"lr(ρ) {settings['lr_rho']:g}" + (f", distillation {settings['distil']:g}" if settings.get("distil")
+                                                     else "") + (", judged dev checks" if judged_dev else ""))
         last, best = state["history"][-1]["step"], state["best"]["step"]
         for step, weights in ((last, state["model"]), *(((best, state["best_state"]),) if 0 < best < last else ())):
             head = QueryHead(start.config)
@@ -275,8 +296,9 @@ def joint_heads(start) -> list[tuple[str, object]]:
 
 
 def run(out: str | None = None) -> dict:
-    """Score BM25, dense MiniLM, the shipped heads, every finished grid variant and every joint run's last state
-    kept on this machine on the judged dev set (positives: ``yes``; lenient: ``yes`` or ``partial``)."""
+    """Score BM25, dense MiniLM, the shipped heads (and the default head's two hybrids), every finished grid variant
+    and every joint run kept on this machine (:func:`joint_heads`) on the judged dev set (positives: ``yes``;
+    lenient: ``yes`` or ``partial``); the result carries its table (:func:`markdown`)."""
     from ..core.cpu import status_line
     from ..core.head import QueryHead
     from ..core.minilm import embed
@@ -313,14 +335,15 @@ def run(out: str | None = None) -> dict:
     models += [(f"grid: {label}", h, c) for label, h, c in grid_heads(cache_dir() / "adapter_variants",
                                                                        explorer.head.config.n_context)]
     rows = [row(label, [scores(h, s.groups, centred if c else keys) for s in base]) for label, h, c in models]
-    default = models[1][1]  # the app's default head: its hybrids as a search runs them
+    default_name = DEFAULT_HEADS[DEFAULT_MODEL].parent.name
+    default = next(h for name, h, _ in models if name == default_name)  # the app's default head, hybrids as searched
     unreal = [scores(default, s.groups, keys) for s in base]
     w = default.config.fusion_weight
-    reference.append(row(f"{models[1][0]} + BM25, score fusion (w = {w})",
+    reference.append(row(f"{default_name} + BM25, score fusion (w = {w})",
                          [score_fusion(u, b, w) for u, b in zip(unreal, bm25, strict=True)]))
-    reference.append(row(f"{models[1][0]} + BM25, RRF (k = 60)", [rrf_matrix(u, b) for u, b in zip(unreal, bm25,
+    reference.append(row(f"{default_name} + BM25, RRF (k = 60)", [rrf_matrix(u, b) for u, b in zip(unreal, bm25,
                                                                                                    strict=True)]))
-    for label, h in joint_heads(models[1][1]):
+    for label, h in joint_heads(default):
         states = cache_sets(h, explorer.backbone, devs, folder)
         rows.append(row(label, [scores(h, s.groups, keys) for s in states]))
     verdicts = {q["id"]: q for q in judged["questions"]}
@@ -330,6 +353,7 @@ def run(out: str | None = None) -> dict:
               "judged": {n: len(k) for n, k in zip(names, kept, strict=True)},
               "lenient": {n: len(judged_positives(q, lenient, usable)[0]) for n, q in zip(names, qs, strict=True)},
               "questions": len(judged["questions"]), "rows": rows, "reference": reference, "cpu": status_line()}
+    result["markdown"] = markdown(result)
     return write_result(result, out, explorer)
 
 
@@ -348,8 +372,9 @@ COLUMNS = ("nq R@1", "nq R@10", "tqa R@1", "tqa R@10", "mean R@1", "mean R@10", 
 
 
 def markdown(result: dict) -> str:
-    """The stored result as a table, BM25 and dense MiniLM last; rows with identical numbers (a grid variant whose
-    best dev check was step 0 is the head it started from) share one line, their labels joined by " = "."""
+    """The result as a table: the heads, then the references (BM25, dense MiniLM, the default head's hybrids); rows
+    with identical numbers in every column (a grid variant whose best dev check was step 0 is the head it started
+    from) share one line, their labels joined by " = "."""
     merged: dict[tuple, list[str]] = {}
     for r in result["rows"] + result["reference"]:
         merged.setdefault(tuple(r[c] for c in COLUMNS), []).append(r["variant"])
