@@ -92,7 +92,7 @@ def test_judged_sets_keep_texts_contexts_states_and_positives_aligned(monkeypatc
     from unreal_demo.evaluation import judged_dev
 
     qs = [NaturalQuestion(f"nq_open:{i}", f"q{i}?", ("a",)) for i in range(4)]
-    monkeypatch.setattr(judged_dev, "questions_of", lambda sets: [qs for _ in sets])
+    monkeypatch.setattr(judged_dev, "natural_questions", lambda sets: [qs for _ in sets])
     monkeypatch.setattr(judged_dev, "load_judged", lambda side: {"questions": [
         {"id": "nq_open:1", "yes": [7, 3], "partial": [], "no": []},
         {"id": "nq_open:2", "yes": [], "partial": [5], "no": []},

@@ -341,12 +341,10 @@ def run(head_path: str, n_context: int | None = None, labels: list[str] | None =
     train_s += cleaner(index, usable, trains, train_s, depth=3)
     if dev not in ("dpr", "judged"):
         raise ValueError(f"dev must be 'dpr' or 'judged', not {dev!r}")
-    from .judged_dev import judged_digest, judged_sets
+    from .judged_dev import judged_digest, judged_sets, with_judged
 
     if dev == "judged":
-        judged_t, judged_s = judged_sets("dev", devs, dev_s)
-        devs = judged_t + [d for d in devs if d.name not in NATURAL_SETS]
-        dev_s = judged_s + [d for d in dev_s if d.name not in NATURAL_SETS]
+        devs, dev_s = with_judged("dev", devs, dev_s)
     d = head.config.hidden_size
     chosen = {label: v for label, v in GRID.items() if labels is None or label in labels}
     named = {src for sources, _ in chosen.values() for src in sources}
@@ -429,6 +427,15 @@ def without_positive_c0(pool: list[int], texts: list[str], bm25: BM25, sets: lis
     return out
 
 
+def natural_questions(sets: list[TextSet]) -> list[list]:
+    """The :class:`data.natural.NaturalQuestion` (id, answers) of each question of natural sets, found by text."""
+    out = []
+    for s in sets:
+        by_text = {n.text: n for n in load_natural(NATURAL_SETS[s.name])}
+        out.append([by_text[t] for t in s.texts])
+    return out
+
+
 def titled(index, pooled: tuple[list[int], list[str], BM25], sets: list[TextSet], cached: list[StateSet],
            ) -> list[StateSet]:
     """The natural sets with positives by the ``title`` rule (named ``nq:title``, …): the best-ranked of BM25's top
@@ -440,11 +447,9 @@ def titled(index, pooled: tuple[list[int], list[str], BM25], sets: list[TextSet]
     pool, texts, bm25 = pooled
     titles = [index.chunks[i]["title"] for i in pool]
     out = []
-    for q, c in zip(sets, cached, strict=True):
-        if q.name not in NATURAL_SETS:
-            continue
-        by_text = {n.text: n for n in load_natural(NATURAL_SETS[q.name])}
-        found = distant_positives([by_text[t] for t in q.texts], texts, bm25, rule="title", titles=titles)
+    natural = [(q, c) for q, c in zip(sets, cached, strict=True) if q.name in NATURAL_SETS]
+    for (q, c), questions in zip(natural, natural_questions([q for q, _ in natural]), strict=True):
+        found = distant_positives(questions, texts, bm25, rule="title", titles=titles)
         keep = [i for i, f in enumerate(found) if f]
         out.append(StateSet(f"{q.name}:title", c.groups[keep], [[pool[j] for j in found[i]] for i in keep]))
     return out

@@ -77,12 +77,12 @@ def run_joint(head_path: str, cfg: JointConfig, out: str | None = None, save: st
     index = Index(shipped_folder(explorer))
     trains, devs, test = cached_sets(index, head.config.n_context, cache_dir() / "adapter_sets")
     if positives == "judged" or dev == "judged":
-        from .judged_dev import judged_digest, judged_sets
+        from .judged_dev import judged_digest, with_judged
 
         if positives == "judged":
-            trains = judged_sets("train", trains)[0] + [t for t in trains if t.name not in NATURAL_SETS]
+            trains = with_judged("train", trains)[0]
         if dev == "judged":
-            devs = judged_sets("dev", devs)[0] + [d for d in devs if d.name not in NATURAL_SETS]
+            devs = with_judged("dev", devs)[0]
     folder = cache_dir() / "query_states"
     weights = None
     if train_c0 != "bm25":

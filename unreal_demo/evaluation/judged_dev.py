@@ -29,9 +29,8 @@ import torch
 from ..core.selection import reciprocal_rank_fusion, score_fusion
 from ..core.state_training import StateSet, recall_from_scores, scores
 from ..data.answers import occurs
-from ..data.natural import load_natural
 from ..settings import DEFAULT_HEADS, DEFAULT_MODEL, PRECOMPUTED
-from .adapter_run import NATURAL_SETS, bm25_within, positions
+from .adapter_run import NATURAL_SETS, bm25_within, natural_questions, positions
 
 DEPTH = 10  # each retriever's top DEPTH chunks are read for an answer alias
 HEADS = ("smollm2-135m-mix", "smollm2-135m-mix-alpha", "smollm2-135m-mix-adapter")  # precomputed/heads/…
@@ -63,15 +62,6 @@ RULE = ("yes: the chunk, read alone with its title, states the answer to the que
         "outside inference; no: the answer string occurs in passing, in another sense or another context")
 
 
-def questions_of(sets) -> list[list]:
-    """The :class:`data.natural.NaturalQuestion` of each question of the grid's natural dev sets, by text."""
-    out = []
-    for s in sets:
-        by_text = {n.text: n for n in load_natural(NATURAL_SETS[s.name])}
-        out.append([by_text[t] for t in s.texts])
-    return out
-
-
 def top_ids(score_matrix: torch.Tensor, depth: int = DEPTH) -> list[list[int]]:
     """Each row's ``depth`` best columns, best first."""
     return score_matrix.topk(depth, dim=1).indices.tolist()
@@ -99,7 +89,7 @@ def candidates(index, devs, states: list[StateSet], usable: torch.Tensor, keys: 
     pool = torch.nonzero(usable).squeeze(1)  # local position → chunk id
     natural = [(d, s) for d, s in zip(devs, states, strict=True) if d.name in NATURAL_SETS]
     rows = []
-    for (d, s), qs in zip(natural, questions_of([d for d, _ in natural]), strict=True):
+    for (d, s), qs in zip(natural, natural_questions([d for d, _ in natural]), strict=True):
         tops = [top_ids(bm25_within(index, d.texts, usable)[:, usable])]
         dense = embed(d.texts) @ _dense_vectors(index)[usable].T  # (N, P)
         tops.append(top_ids(dense))
@@ -128,13 +118,21 @@ def judged_sets(side: str, sets: list, states: list[StateSet] | None = None) -> 
     verdicts = {q["id"]: q for q in load_judged(side)["questions"]}
     texts, cached = [], []
     natural = [(i, t) for i, t in enumerate(sets) if t.name in NATURAL_SETS]
-    for (j, t), qs in zip(natural, questions_of([t for _, t in natural]), strict=True):
+    for (j, t), qs in zip(natural, natural_questions([t for _, t in natural]), strict=True):
         keep = [i for i, q in enumerate(qs) if verdicts.get(q.id, {}).get("yes")]
         positives = [list(verdicts[qs[i].id]["yes"]) for i in keep]
         texts.append(TextSet(f"{t.name}:judged", [t.texts[i] for i in keep], [t.contexts[i] for i in keep], positives))
         if states is not None:
             cached.append(StateSet(f"{t.name}:judged", states[j].groups[keep], positives))
     return texts, cached
+
+
+def with_judged(side: str, sets: list, states: list[StateSet] | None = None) -> tuple[list, list[StateSet]]:
+    """``sets`` (and ``states``) with each natural set replaced by its judged set (:func:`judged_sets`), the
+    others kept after them."""
+    texts, cached = judged_sets(side, sets, states)
+    return (texts + [t for t in sets if t.name not in NATURAL_SETS],
+            cached + [s for s in states or [] if s.name not in NATURAL_SETS])
 
 
 def judged_positives(qs, judged: dict, usable: torch.Tensor) -> tuple[list[int], list[list[int]]]:
@@ -315,7 +313,7 @@ def run(out: str | None = None) -> dict:
     pool = torch.nonzero(usable).squeeze(1)
     keys, centred = keys[usable], centred_keys(index)[0][usable]
     lenient = judged | {"questions": [q | {"yes": q["yes"] + q["partial"]} for q in judged["questions"]]}
-    qs, names = questions_of(devs), [d.name for d in devs]
+    qs, names = natural_questions(devs), [d.name for d in devs]
     kept = [judged_positives(q, judged, usable)[0] for q in qs]
 
     def row(label: str, matrices: list[torch.Tensor]) -> dict:
