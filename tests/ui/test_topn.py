@@ -41,7 +41,7 @@ def test_an_earlier_heads_result_points_to_the_loaded_heads_own_evidence(monkeyp
     from unreal_demo.settings import PRECOMPUTED
 
     head = PRECOMPUTED / "heads" / "smollm2-135m-mix-alpha" / "head.json"
-    loader = SimpleNamespace(head_path=head, head_source="the default head")
+    loader = SimpleNamespace(head_path=head, head_source="the α head")
     monkeypatch.setattr(topn, "PRECOMPUTED", tmp_path)
     rows = [{"id": q, "length": 2000, "method": "unreal"} for q in ("a", "b")]
     answered = {"setting": "s", "table": [], "rows": rows,

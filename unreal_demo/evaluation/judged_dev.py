@@ -336,13 +336,13 @@ def run(out: str | None = None) -> dict:
     models += [(f"grid: {label}", h, c) for label, h, c in grid_heads(cache_dir() / "adapter_variants",
                                                                        explorer.head.config.n_context)]
 
-    def states(h) -> list:  # a head that reads the question with its own ρ (or P) has its own states
+    def own_states(h) -> list:  # a head that reads the question with its own ρ (or P) has its own states
         return base if reads_alike(h, explorer.head) else cache_sets(h, explorer.backbone, devs, folder)
 
-    rows = [row(label, [scores(h, s.groups, centred if c else keys) for s in states(h)]) for label, h, c in models]
+    rows = [row(label, [scores(h, s.groups, centred if c else keys) for s in own_states(h)]) for label, h, c in models]
     default_name = DEFAULT_HEADS[DEFAULT_MODEL].parent.name
     default = next(h for name, h, _ in models if name == default_name)  # the app's default head, hybrids as searched
-    unreal = [scores(default, s.groups, keys) for s in states(default)]
+    unreal = [scores(default, s.groups, keys) for s in own_states(default)]
     w = default.config.fusion_weight
     reference.append(row(f"{default_name} + BM25, score fusion (w = {w})",
                          [score_fusion(u, b, w) for u, b in zip(unreal, bm25, strict=True)]))
@@ -363,8 +363,9 @@ def run(out: str | None = None) -> dict:
 
 
 def reads_alike(a, b) -> bool:
-    """Whether heads ``a`` and ``b`` turn a question into the same cached states (the same ρ and P, the same
-    |C0|): then they differ only after the LLM (α, the adapter) and may share one cache of states.
+    """Whether heads ``a`` and ``b`` turn a question into the same cached states (the same ρ, P and every setting
+    the states' cache key holds, :func:`core.state_training.states_key`): then they differ only after the LLM (α,
+    the adapter) and may share one cache of states.
 
     >>> from unreal_demo.core.head import HeadConfig, QueryHead
     >>> a = QueryHead(HeadConfig(model="tiny", hidden_size=8, n_layers=2, chunk_layer=1, n_ret=2, n_groups=1))
@@ -374,8 +375,9 @@ def reads_alike(a, b) -> bool:
     >>> _ = b.rho.data.add_(1.0); reads_alike(a, b)
     False
     """
-    return (torch.equal(a.rho, b.rho) and torch.equal(a.prompt, b.prompt)
-            and a.config.use_prompt == b.config.use_prompt and a.config.n_context == b.config.n_context)
+    from ..core.state_training import states_key
+
+    return states_key(a, [], []) == states_key(b, [], [])
 
 
 def rrf_matrix(a: torch.Tensor, b: torch.Tensor, depth: int = 100) -> torch.Tensor:

@@ -124,20 +124,20 @@ def for_head(results: list[dict], digest: str | None) -> tuple[list[dict], list[
     """
     if not results:
         return [], []
-    mine = [r for r in results if r.get("provenance", {}).get("head_digest") == digest]
+    mine = [r for r in results if digest is not None and r.get("provenance", {}).get("head_digest") == digest]
     if not mine:
         return list(results[0]["table"]), [results[0]]
     own = mine[0]
-    questions = own["setting"].split("; head ")[0]
+    questions = own.get("setting", "").split("; head ")[0]
     rows, sources = list(own["table"]), [own]
     for result in results:
-        if result is own or result["setting"].split("; head ")[0] != questions:
+        if result is own or result.get("setting", "").split("; head ")[0] != questions:
             continue  # other questions: its baselines are not comparable
-        have = {r["key"] for r in rows}
-        extra = [r for r in result["table"] if r["key"] in HEAD_FREE and r["key"] not in have]
+        have = {r.get("key") for r in rows}
+        extra = [r for r in result["table"] if r.get("key") in HEAD_FREE and r.get("key") not in have]
         if extra:
             rows += extra
             sources.append(result)
-    order = [r["key"] for r in results[0]["table"]]
-    rows.sort(key=lambda r: order.index(r["key"]) if r["key"] in order else len(order))
+    order = [r.get("key") for r in results[0]["table"]]
+    rows.sort(key=lambda r: order.index(r.get("key")) if r.get("key") in order else len(order))
     return rows, sources
