@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from unreal_demo.evaluation.results import HEAD_FREE, for_head, head_digest
+from unreal_demo.evaluation.results import for_head, head_digest, head_free, question_set
 from unreal_demo.settings import DEFAULT_HEADS, DEFAULT_MODEL, PRECOMPUTED
 from unreal_demo.ui.tabs.about import EVALUATIONS, retrieval_results
 
@@ -19,8 +19,12 @@ def test_the_default_head_is_evaluated_on_every_set_the_about_tab_shows():
         assert "bm25" in {r["key"] for r in rows}, corpus  # the baseline sits beside it
         for row in rows:  # every other row is a head-free baseline from a result on the same questions
             if row not in sources[0]["table"]:
-                assert row["key"] in HEAD_FREE
-        assert all(s["setting"].split("; head ")[0] == sources[0]["setting"].split("; head ")[0] for s in sources)
+                assert row["key"] in head_free()
+        assert all(question_set(s) == question_set(sources[0]) for s in sources)
+
+
+def test_the_head_free_rows_are_the_registrys_methods_that_no_head_changes():
+    assert head_free() == {"bm25", "dense", "sparse", "untrained", "full"}
 
 
 def test_another_heads_result_is_shown_whole_when_the_loaded_head_has_none():

@@ -332,7 +332,8 @@ def run(out: str | None = None) -> dict:
     bm25 = [bm25_within(index, d.texts, usable)[:, usable] for d in devs]
     reference = [row("BM25", bm25),
                  row("dense MiniLM", [embed(d.texts) @ _dense_vectors(index)[usable].T for d in devs])]
-    models = [(name, QueryHead.load(PRECOMPUTED / "heads" / name / "head"), False) for name in SCORED]
+    shipped = {name: QueryHead.load(PRECOMPUTED / "heads" / name / "head") for name in SCORED}
+    models = [(name, h, False) for name, h in shipped.items()]
     models += [(f"grid: {label}", h, c) for label, h, c in grid_heads(cache_dir() / "adapter_variants",
                                                                        explorer.head.config.n_context)]
 
@@ -341,16 +342,15 @@ def run(out: str | None = None) -> dict:
 
     rows = [row(label, [scores(h, s.groups, centred if c else keys) for s in own_states(h)]) for label, h, c in models]
     default_name = DEFAULT_HEADS[DEFAULT_MODEL].parent.name
-    default = next(h for name, h, _ in models if name == default_name)  # the app's default head, hybrids as searched
+    default = shipped[default_name]  # the app's default head, its hybrids as a search runs them
     unreal = [scores(default, s.groups, keys) for s in own_states(default)]
     w = default.config.fusion_weight
     reference.append(row(f"{default_name} + BM25, score fusion (w = {w})",
                          [score_fusion(u, b, w) for u, b in zip(unreal, bm25, strict=True)]))
     reference.append(row(f"{default_name} + BM25, RRF (k = 60)", [rrf_matrix(u, b) for u, b in zip(unreal, bm25,
                                                                                                    strict=True)]))
-    for label, h in joint_heads(next(h for name, h, _ in models if name == JOINT_START)):
-        states = cache_sets(h, explorer.backbone, devs, folder)
-        rows.append(row(label, [scores(h, s.groups, keys) for s in states]))
+    for label, h in joint_heads(shipped[JOINT_START]):
+        rows.append(row(label, [scores(h, s.groups, keys) for s in own_states(h)]))
     verdicts = {q["id"]: q for q in judged["questions"]}
     dpr = {d.name: {k: sum(d.positives[i][0] in verdicts[x.id][k] for i, x in enumerate(q))
                     for k in ("yes", "partial", "no")} for d, q in zip(devs, qs, strict=True)}

@@ -93,12 +93,21 @@ def head_mismatch(result: dict, explorer) -> str | None:
     return None
 
 
-HEAD_FREE = ("bm25", "dense", "sparse", "untrained")  # retrieval rows that no trained head changes
+def head_free() -> frozenset[str]:
+    """The retrieval methods whose rows no trained head changes (:attr:`retrieval.base.Retriever.trained` false)."""
+    from ..retrieval.registry import METHODS
+
+    return frozenset(name for name, method in METHODS.items() if not method.trained)
+
+
+def question_set(result: dict) -> str:
+    """A retrieval result's setting without its head: the questions and corpus it was scored on."""
+    return result.get("setting", "").split("; head ")[0]
 
 
 def for_head(results: list[dict], digest: str | None) -> tuple[list[dict], list[dict]]:
     """One retrieval evaluation as the loaded head sees it: its own rows from the result made with it, and the rows
-    no head changes (:data:`HEAD_FREE`) from a result on the same questions that has them.
+    no head changes (:func:`head_free`) from a result on the same questions (:func:`question_set`) that has them.
 
     Parameters
     ----------
@@ -127,14 +136,13 @@ def for_head(results: list[dict], digest: str | None) -> tuple[list[dict], list[
     mine = [r for r in results if digest is not None and r.get("provenance", {}).get("head_digest") == digest]
     if not mine:
         return list(results[0]["table"]), [results[0]]
-    own = mine[0]
-    questions = own.get("setting", "").split("; head ")[0]
+    own, free = mine[0], head_free()
     rows, sources = list(own["table"]), [own]
     for result in results:
-        if result is own or result.get("setting", "").split("; head ")[0] != questions:
+        if result is own or question_set(result) != question_set(own):
             continue  # other questions: its baselines are not comparable
         have = {r.get("key") for r in rows}
-        extra = [r for r in result["table"] if r.get("key") in HEAD_FREE and r.get("key") not in have]
+        extra = [r for r in result["table"] if r.get("key") in free and r.get("key") not in have]
         if extra:
             rows += extra
             sources.append(result)

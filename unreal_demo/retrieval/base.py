@@ -66,6 +66,8 @@ class Retriever(ABC):
         ``index`` (an on-disk index or a Qdrant store).
     ranks : whether it ranks chunks (full context selects every chunk).
     composed : whether it composes other retrievers (the hybrids).
+    trained : whether its ranking depends on the trained head's weights (ρ, α, the adapter), so that another head
+        gives other results; the untrained and sparse methods read only the backbone at ℓc.
     """
 
     name: str
@@ -76,6 +78,7 @@ class Retriever(ABC):
     scopes: frozenset[str] = ALL_SCOPES
     ranks: bool = True
     composed: bool = False
+    trained: bool = False
 
     @abstractmethod
     def search(self, store: Any, queries: Sequence[str], k: int, explorer: Any = None,

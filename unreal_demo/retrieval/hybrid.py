@@ -20,7 +20,7 @@ RRF_DEPTH = 100  # each list's depth in reciprocal-rank fusion
 class Hybrid(Retriever):
     """A hybrid: UNREAL (the LLM's head over the chunks' keys) composed with BM25."""
 
-    model, needs, composed = True, ("keys",), True
+    model, needs, composed, trained = True, ("keys",), True, True
 
     def __init__(self, unreal: UnrealRetriever, bm25: BM25Retriever) -> None:
         self.unreal, self.bm25 = unreal, bm25

@@ -47,7 +47,7 @@ class UnrealRetriever(Retriever):
 
     name, label = "unreal", "UNREAL (trained head)"
     help = "exact MaxSim of the head's query vectors over every chunk (Eq. 4)"
-    model, needs = True, ("keys",)
+    model, needs, trained = True, ("keys",), True
 
     def top(self, store: Any, explorer, queries: Sequence[str], depth: int, timings: dict[str, float],
             bm25_depth: int | None = None, vectors: torch.Tensor | None = None
