@@ -208,8 +208,8 @@ def _adapter(args: argparse.Namespace) -> None:
     head = args.head or str(DEFAULT_HEADS[DEFAULT_MODEL].with_suffix(".json"))
     if args.n_context is not None and not 0 <= args.n_context <= 16:
         raise UserError(f"--n-context is |C0|, from 0 to 16 passages, not {args.n_context}")
-    if not args.joint and (args.positives != "cleaner" or args.distil):
-        raise UserError("--positives and --distil belong to --joint runs")
+    if not args.joint and (args.positives != "cleaner" or args.distil or args.teacher_fusion is not None):
+        raise UserError("--positives, --distil and --teacher-fusion belong to --joint runs")
     if args.judged and (args.joint or args.centring_check or args.dev != "dpr"):
         raise UserError("--judged runs alone: not with --joint, --centring-check or --dev")
     if args.joint:
@@ -220,10 +220,12 @@ def _adapter(args: argparse.Namespace) -> None:
             raise UserError("--steps, --batch and --patience must be at least 1")
         if not math.isfinite(args.distil) or args.distil < 0:
             raise UserError(f"--distil is a loss weight, a finite number of at least 0, not {args.distil}")
+        if args.teacher_fusion is not None and not (0 <= args.teacher_fusion <= 1 and args.distil):
+            raise UserError("--teacher-fusion is a score-fusion weight from 0 to 1 and needs --distil")
         if args.r10_within is not None and not 0 <= args.r10_within <= 1:
             raise UserError("--r10-within is a recall difference from 0 to 1")
         cfg = JointConfig(steps=args.steps, batch=args.batch, lr_rho=args.lr_rho, lr=args.lr,
-                          r10_within=args.r10_within, distil=args.distil,
+                          r10_within=args.r10_within, distil=args.distil, teacher_fusion=args.teacher_fusion,
                           **({} if args.patience is None else {"patience": args.patience}))
         result = run_joint(head, cfg, args.out, args.save, train_c0=args.train_c0, keep=args.keep,
                            n_context=args.n_context, positives=args.positives, dev=args.dev)
@@ -665,6 +667,10 @@ def build_parser() -> argparse.ArgumentParser:
     ad.add_argument("--distil", type=float, default=0.0,
                     help="--joint: weight of a KL term keeping each SQuAD-style training question's candidate scores "
                     "near the starting head's (0: none)")
+    ad.add_argument("--teacher-fusion", dest="teacher_fusion", type=float, default=None,
+                    help="--joint with --distil: distil every training question toward the starting head's score "
+                    "fusion with BM25 at this weight w (w·z(UNREAL) + (1−w)·z(BM25)) instead of toward the starting "
+                    "head alone on the SQuAD-style questions")
     ad.add_argument("--lr-rho", dest="lr_rho", type=float, default=5e-4, help="--joint: learning rate of ρ")
     ad.add_argument("--lr", type=float, default=5e-4, help="--joint: learning rate of α and the adapter")
     ad.set_defaults(func=_adapter)

@@ -159,3 +159,37 @@ def test_distillation_holds_the_held_questions_near_the_starting_head(tiny, tmp_
 
     assert drift(held) < drift(free)
     assert "distil" not in torch.load(tmp_path / "free" / "checkpoint.pt", weights_only=False)["settings"]
+
+
+def test_a_fusion_teacher_pulls_toward_the_lexical_ranking(tiny, tmp_path):
+    from unreal_demo.core.joint_training import distillation, fused_teacher, lexical_scale, query_vectors
+    from unreal_demo.core.maxsim import maxsim_reference
+    from unreal_demo.core.selection import score_fusion
+
+    train, dev, keys = _data()
+    head = _head(tiny)
+    start = query_vectors(head, tiny, train[0].texts, train[0].contexts)  # (N, G, d)
+    s0 = maxsim_reference(start, keys)  # (N, P)
+    bm25 = torch.zeros_like(s0)
+    bm25[torch.arange(len(s0)), torch.arange(len(s0))] = 5.0  # BM25 puts each question's own chunk first
+    lexical = lexical_scale(bm25, s0)
+    # the teacher ranks every candidate exactly as score fusion at the same weight does
+    fused = fused_teacher(s0, lexical, 0.3)
+    assert torch.equal(fused.argsort(-1, descending=True),
+                       score_fusion(s0, bm25, 0.3).argsort(-1, descending=True))
+    cfg = {"steps": 6, "batch": 4, "lr_rho": 5e-2, "lr": 5e-2, "dev_every": 6, "sampled": 8, "dev_per_set": 4,
+           "patience": 9, "distil": 50.0}
+    plain, _, _ = fit_joint(head, tiny, train, dev, keys, JointConfig(**cfg), tmp_path / "plain", keep="last",
+                            held=[start])
+    fusion, _, _ = fit_joint(head, tiny, train, dev, keys, JointConfig(**cfg, teacher_fusion=0.3),
+                             tmp_path / "fusion", keep="last", held=[start], lexical=[lexical])
+
+    def gap(model) -> float:  # how far the model's ranking is from the fusion teacher's
+        now = query_vectors(model, tiny, train[0].texts, train[0].contexts)
+        return float(distillation(maxsim_reference(now, keys), fused, 0.05))
+
+    assert gap(fusion) < gap(plain)
+    settings = torch.load(tmp_path / "fusion" / "checkpoint.pt", weights_only=False)["settings"]
+    assert settings["teacher_fusion"] == 0.3
+    with pytest.raises(ValueError, match="teacher_fusion needs distil"):
+        fit_joint(head, tiny, train, dev, keys, JointConfig(steps=1, teacher_fusion=0.3), tmp_path / "x")

@@ -56,17 +56,22 @@ class JointConfig:
     prefix_cache: str = "float16"  # keep each question's prefix KV in this dtype after its first pass ("": never)
     r10_within: float | None = None  # keep the best mean R@10 among checks at most this far below step 0's mean R@1
     # (None: the best mean R@1), on the dev sample
-    distil: float = 0.0  # weight of the KL term holding the held questions' candidate scores near the starting head's
+    distil: float = 0.0  # weight of the KL term holding the held questions' candidate scores near the teacher's
+    teacher_fusion: float | None = None  # the teacher: None the starting head; w: score fusion of the starting head
+    # and BM25 at weight w (:func:`fused_teacher`), which needs each held question's ``lexical`` scores
 
 
 def settings_of(cfg: JointConfig) -> dict:
-    """``cfg`` as a record for run folders and checkpoints; ``distil`` only when used, so runs made before it
-    existed keep their folders.
+    """``cfg`` as a record for run folders and checkpoints; ``distil`` and ``teacher_fusion`` only when used, so
+    runs made before they existed keep their folders.
 
     >>> "distil" in settings_of(JointConfig()), settings_of(JointConfig(distil=0.5))["distil"]
     (False, 0.5)
+    >>> "teacher_fusion" in settings_of(JointConfig(distil=0.5))
+    False
     """
-    return {k: v for k, v in asdict(cfg).items() if not (k == "distil" and not v)}
+    return {k: v for k, v in asdict(cfg).items() if not ((k == "distil" and not v)
+                                                         or (k == "teacher_fusion" and v is None))}
 
 
 def distillation(student: torch.Tensor, teacher: torch.Tensor, temperature: float) -> torch.Tensor:
@@ -79,6 +84,33 @@ def distillation(student: torch.Tensor, teacher: torch.Tensor, temperature: floa
     """
     t = torch.log_softmax(teacher / temperature, dim=-1)  # (B, C)
     return (t.exp() * (t - torch.log_softmax(student / temperature, dim=-1))).sum(-1).mean()
+
+
+def fused_teacher(start: torch.Tensor, lexical: torch.Tensor, weight: float) -> torch.Tensor:
+    """The score-fusion ranking (:func:`core.selection.score_fusion`, w·z(UNREAL) + (1−w)·z(BM25)) written in the
+    starting head's own score units, as a distillation teacher: ``weight · start + (1 − weight) · lexical``, where
+    ``lexical`` is the question's BM25 scores standardised over the pool and multiplied by the spread (standard
+    deviation) of the starting head's scores over the same pool (:func:`lexical_scale`). With both standardised over
+    the pool this is σ_s · fusion + const per row, so its softmax ranks the candidates as score fusion does, at the
+    temperature the head's own scores are read with.
+
+    >>> s, b = torch.tensor([[3.0, 1.0, 2.0]]), torch.tensor([[-1.0, 1.0, 0.0]])
+    >>> fused_teacher(s, b, 1.0).tolist(), fused_teacher(s, b, 0.5).tolist()
+    ([[3.0, 1.0, 2.0]], [[1.0, 1.0, 1.0]])
+    """
+    return weight * start + (1.0 - weight) * lexical
+
+
+def lexical_scale(bm25: torch.Tensor, start: torch.Tensor) -> torch.Tensor:
+    """``z(bm25) · std(start)`` per row: the BM25 scores ``(N, C)`` of each question over the pool, standardised
+    and put on the spread of the starting head's scores ``(N, C)`` over the same pool (:func:`fused_teacher`).
+
+    >>> lexical_scale(torch.tensor([[0.0, 2.0, 4.0]]), torch.tensor([[0.0, 4.0, 8.0]])).tolist()
+    [[-4.0, 0.0, 4.0]]
+    """
+    from .selection import zscore
+
+    return zscore(bm25) * start.float().std(-1, keepdim=True)
 
 
 @dataclass
@@ -210,7 +242,8 @@ def fit_joint(head: QueryHead, backbone, train: Sequence[TextSet], dev: Sequence
               cfg: JointConfig, out: str | Path, hard: Sequence[Sequence[torch.Tensor]] | None = None,
               train_mask: torch.Tensor | None = None, log: Callable[[dict], None] | None = None,
               keep: str = "best", weights: Sequence[float] | None = None,
-              held: Sequence[torch.Tensor | None] | None = None) -> tuple[QueryHead, list[dict], dict]:
+              held: Sequence[torch.Tensor | None] | None = None,
+              lexical: Sequence[torch.Tensor | None] | None = None) -> tuple[QueryHead, list[dict], dict]:
     """Fine-tune ρ, α and the adapter of a copy of ``head`` jointly (Eq. 6), resumable from ``out``.
 
     Parameters
@@ -229,6 +262,9 @@ def fit_joint(head: QueryHead, backbone, train: Sequence[TextSet], dev: Sequence
     held : per train set, the starting head's query vectors ``(N, G, d)`` of its questions, or None: with
         ``cfg.distil`` > 0 each batch question of a held set adds ``distil`` × :func:`distillation` of its
         candidate scores toward the starting head's (which keeps what the head already ranks well while ρ moves).
+    lexical : per held train set, each question's :func:`lexical_scale` scores ``(N, C)`` over the training
+        candidates (``train_mask``'s chunks, in order), or None: with ``cfg.teacher_fusion`` the teacher is
+        :func:`fused_teacher` of the starting head's scores and these.
 
     Returns
     -------
@@ -241,6 +277,9 @@ def fit_joint(head: QueryHead, backbone, train: Sequence[TextSet], dev: Sequence
         raise ValueError(f"{len(weights)} weights for {len(train)} train sets")
     if cfg.distil and (held is None or len(held) != len(train)):
         raise ValueError("distil needs the held query vectors of every train set (None for a set not held)")
+    if cfg.teacher_fusion is not None and (not cfg.distil or lexical is None or any(
+            (h is None) != (x is None) for h, x in zip(held, lexical, strict=True))):
+        raise ValueError("teacher_fusion needs distil and the lexical scores of every held train set")
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     gen = random.Random(cfg.seed)
@@ -304,7 +343,11 @@ def fit_joint(head: QueryHead, backbone, train: Sequence[TextSet], dev: Sequence
         rows = [b for b, (i, _) in enumerate(picks) if cfg.distil and held is not None and held[i] is not None]
         if rows:
             t = torch.stack([held[picks[b][0]][picks[b][1]] for b in rows]).float()  # (H, G, d)
-            loss = loss + cfg.distil * distillation(s[rows], maxsim_reference(t, pool[step_cand]), cfg.temperature)
+            teacher = maxsim_reference(t, pool[step_cand])  # (H, C)
+            if cfg.teacher_fusion is not None:
+                lex = torch.stack([lexical[picks[b][0]][picks[b][1]] for b in rows])[:, step_cand].float()  # (H, C)
+                teacher = fused_teacher(teacher, lex, cfg.teacher_fusion)
+            loss = loss + cfg.distil * distillation(s[rows], teacher, cfg.temperature)
         running.append(descend(opt, loss))
         if step % cfg.dev_every == 0 or step == cfg.steps:
             history.append(dev_row(check, step, running, started))

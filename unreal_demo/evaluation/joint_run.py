@@ -21,7 +21,8 @@ from dataclasses import asdict
 import torch
 
 from ..core.cpu import status_line
-from ..core.joint_training import JointConfig, TextSet, fit_joint, settings_of
+from ..core.joint_training import JointConfig, TextSet, fit_joint, lexical_scale, settings_of
+from ..core.maxsim import maxsim_reference
 from ..core.state_training import StateSet, mine
 from ..settings import cache_dir, display_path
 from .adapter_run import (
@@ -118,11 +119,18 @@ def run_joint(head_path: str, cfg: JointConfig, out: str | None = None, save: st
                                        sort_keys=True).encode()).hexdigest()[:8]
     run_folder = cache_dir() / "joint_runs" / f"{head.digest()[:12]}-{settings}"  # more --steps resume the run
     t0 = time.time()
-    with torch.no_grad():  # the starting head's query vectors of the SQuAD-style questions, held by --distil
-        held = [None if re.split(r"[~:@]", t.name)[0] in NATURAL_SETS else head.from_layer_groups(c.groups[ids].float())
+    with torch.no_grad():  # the starting head's query vectors held by --distil: the SQuAD-style questions', or
+        # with a fusion teacher every question's (BM25 and the head both rank real questions better together)
+        held = [None if cfg.teacher_fusion is None and re.split(r"[~:@]", t.name)[0] in NATURAL_SETS
+                else head.from_layer_groups(c.groups[ids].float())
                 for t, c, ids in zip(train_t, train_s, kept, strict=True)] if cfg.distil else None
+        lexical = None if cfg.teacher_fusion is None else [
+            lexical_scale(index.bm25_scores(t.texts)[:, usable][:, cand_mask],
+                          torch.cat([maxsim_reference(v[b : b + 32], pool) for b in range(0, len(v), 32)])).half()
+            for t, v in zip(train_t, held, strict=True)]  # (N, C) each
     model, history, best = fit_joint(head, backbone, train_t, dev_t, dev_keys, cfg, run_folder, hard=hard,
-                               train_mask=cand_mask, log=log, keep=keep, weights=weights, held=held)
+                                     train_mask=cand_mask, log=log, keep=keep, weights=weights, held=held,
+                                     lexical=lexical)
     seconds = round(time.time() - t0, 1)
     new_dev = cache_sets(model, backbone, devs, folder)
     (new_test,) = cache_sets(model, backbone, [test], folder)
@@ -131,7 +139,10 @@ def run_joint(head_path: str, cfg: JointConfig, out: str | None = None, save: st
     start = f"starting head ({f'r = {rank} adapter' if rank else 'no adapter'}, ρ as given)"
     tuned = (f"joint fine-tune of {trained}" + (f", {TRAIN_C0[train_c0]}" if train_c0 != "bm25" else "")
              + (", judged positives" if positives == "judged" else "")
-             + (f", distillation {cfg.distil:g} toward the start on SQuAD-style questions" if cfg.distil else "")
+             + (f", distillation {cfg.distil:g} toward the start on SQuAD-style questions"
+                if cfg.distil and cfg.teacher_fusion is None else "")
+             + (f", distillation {cfg.distil:g} toward the start's score fusion with BM25 (w {cfg.teacher_fusion:g})"
+                if cfg.teacher_fusion is not None else "")
              + ("" if keep == "best" else f", its last state (step {best['step']})"))
     rows = [score_row(start, head, local(dev_s, usable), dev_keys,
                       test_s, keys, {}),

@@ -287,7 +287,9 @@ def joint_heads(start) -> list[tuple[str, object]]:
         judged_dev = any(":judged" in k for k in state["history"][0])  # its dev checks ran on the judged set
         label = (f"joint ρ + α, {c0}{', judged positives' if any(':judged' in n for n in names) else ''}, "
                  f"lr(ρ) {settings['lr_rho']:g}" + (f", distillation {settings['distil']:g}" if settings.get("distil")
-                                                     else "") + (", judged dev checks" if judged_dev else ""))
+                                                     else "")
+                 + (f" toward score fusion (w {settings['teacher_fusion']:g})" if settings.get("teacher_fusion")
+                    is not None else "") + (", judged dev checks" if judged_dev else ""))
         last, best = state["history"][-1]["step"], state["best"]["step"]
         for step, weights in ((last, state["model"]), *(((best, state["best_state"]),) if 0 < best < last else ())):
             head = QueryHead(start.config)
