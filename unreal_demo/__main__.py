@@ -208,8 +208,9 @@ def _adapter(args: argparse.Namespace) -> None:
     head = args.head or str(DEFAULT_HEADS[DEFAULT_MODEL].with_suffix(".json"))
     if args.n_context is not None and not 0 <= args.n_context <= 16:
         raise UserError(f"--n-context is |C0|, from 0 to 16 passages, not {args.n_context}")
-    if not args.joint and (args.positives != "cleaner" or args.distil or args.teacher_fusion is not None):
-        raise UserError("--positives, --distil and --teacher-fusion belong to --joint runs")
+    if not args.joint and (args.positives != "cleaner" or args.distil or args.teacher_fusion is not None
+                           or args.seed):
+        raise UserError("--positives, --distil, --teacher-fusion and --seed belong to --joint runs")
     if args.judged and (args.joint or args.centring_check or args.dev != "dpr"):
         raise UserError("--judged runs alone: not with --joint, --centring-check or --dev")
     if args.joint:
@@ -226,6 +227,7 @@ def _adapter(args: argparse.Namespace) -> None:
             raise UserError("--r10-within is a recall difference from 0 to 1")
         cfg = JointConfig(steps=args.steps, batch=args.batch, lr_rho=args.lr_rho, lr=args.lr,
                           r10_within=args.r10_within, distil=args.distil, teacher_fusion=args.teacher_fusion,
+                          seed=args.seed,
                           **({} if args.patience is None else {"patience": args.patience}))
         result = run_joint(head, cfg, args.out, args.save, train_c0=args.train_c0, keep=args.keep,
                            n_context=args.n_context, positives=args.positives, dev=args.dev)
@@ -671,6 +673,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="--joint with --distil: distil every training question toward the starting head's score "
                     "fusion with BM25 at this weight w (w·z(UNREAL) + (1−w)·z(BM25)) instead of toward the starting "
                     "head alone on the SQuAD-style questions")
+    ad.add_argument("--seed", type=int, default=0,
+                    help="--joint: seed of the batches and sampled negatives (the dev sample stays the same)")
     ad.add_argument("--lr-rho", dest="lr_rho", type=float, default=5e-4, help="--joint: learning rate of ρ")
     ad.add_argument("--lr", type=float, default=5e-4, help="--joint: learning rate of α and the adapter")
     ad.set_defaults(func=_adapter)

@@ -125,6 +125,7 @@ def test_collect_names_the_bad_line(tmp_path, line, message):
     (["adapter", "--distil", "1"], "belong to --joint"),
     (["adapter", "--joint", "--distil", "nan"], "finite number"),
     (["adapter", "--teacher-fusion", "0.7"], "belong to --joint"),
+    (["adapter", "--seed", "1"], "belong to --joint"),
     (["adapter", "--joint", "--teacher-fusion", "0.7"], "needs --distil"),
     (["adapter", "--joint", "--distil", "3", "--teacher-fusion", "1.5"], "from 0 to 1"),
     (["adapter", "--judged", "score", "--joint"], "--judged runs alone"),
