@@ -61,17 +61,19 @@ class JointConfig:
     # and BM25 at weight w (:func:`fused_teacher`), which needs each held question's ``lexical`` scores
 
 
+LATER = {"distil": 0.0, "teacher_fusion": None}  # settings added after the first runs, with their unused value
+
+
 def settings_of(cfg: JointConfig) -> dict:
-    """``cfg`` as a record for run folders and checkpoints; ``distil`` and ``teacher_fusion`` only when used, so
-    runs made before they existed keep their folders.
+    """``cfg`` as a record for run folders and checkpoints; a setting of :data:`LATER` only when used, so runs made
+    before it existed keep their folders.
 
     >>> "distil" in settings_of(JointConfig()), settings_of(JointConfig(distil=0.5))["distil"]
     (False, 0.5)
     >>> "teacher_fusion" in settings_of(JointConfig(distil=0.5))
     False
     """
-    return {k: v for k, v in asdict(cfg).items() if not ((k == "distil" and not v)
-                                                         or (k == "teacher_fusion" and v is None))}
+    return {k: v for k, v in asdict(cfg).items() if not (k in LATER and v == LATER[k])}
 
 
 def distillation(student: torch.Tensor, teacher: torch.Tensor, temperature: float) -> torch.Tensor:

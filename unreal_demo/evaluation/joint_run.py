@@ -139,10 +139,9 @@ def run_joint(head_path: str, cfg: JointConfig, out: str | None = None, save: st
     start = f"starting head ({f'r = {rank} adapter' if rank else 'no adapter'}, ρ as given)"
     tuned = (f"joint fine-tune of {trained}" + (f", {TRAIN_C0[train_c0]}" if train_c0 != "bm25" else "")
              + (", judged positives" if positives == "judged" else "")
-             + (f", distillation {cfg.distil:g} toward the start on SQuAD-style questions"
-                if cfg.distil and cfg.teacher_fusion is None else "")
-             + (f", distillation {cfg.distil:g} toward the start's score fusion with BM25 (w {cfg.teacher_fusion:g})"
-                if cfg.teacher_fusion is not None else "")
+             + (f", distillation {cfg.distil:g} toward the start" + (" on SQuAD-style questions"
+                if cfg.teacher_fusion is None else f"'s score fusion with BM25 (w {cfg.teacher_fusion:g})")
+                if cfg.distil else "")
              + ("" if keep == "best" else f", its last state (step {best['step']})"))
     rows = [score_row(start, head, local(dev_s, usable), dev_keys,
                       test_s, keys, {}),
