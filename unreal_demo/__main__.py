@@ -213,6 +213,15 @@ def _adapter(args: argparse.Namespace) -> None:
         raise UserError("--positives, --distil, --teacher-fusion and --seed belong to --joint runs")
     if args.judged and (args.joint or args.centring_check or args.dev != "dpr"):
         raise UserError("--judged runs alone: not with --joint, --centring-check or --dev")
+    if args.average:
+        from .evaluation.joint_run import run_average
+
+        paths = [p.strip() for p in args.average.split(",") if p.strip()]
+        if len(paths) < 2 or args.joint or args.judged or args.centring_check:
+            raise UserError("--average takes two or more comma-separated heads and runs alone (not with --joint, "
+                            "--judged or --centring-check)")
+        print(run_average(paths, args.out, args.save, args.dev)["markdown"])
+        return
     if args.joint:
         from .core.joint_training import JointConfig
         from .evaluation.joint_run import run_joint
@@ -638,6 +647,9 @@ def build_parser() -> argparse.ArgumentParser:
     ad.add_argument("--save-variant", dest="save_variant", default=None)
     ad.add_argument("--joint", action="store_true", help="instead of the grid: fine-tune ρ, α and the head's adapter "
                     "jointly through the LLM (resumable; the cleaner positives), from --head")
+    ad.add_argument("--average", default=None, help="instead of the grid: average these comma-separated heads (fine-"
+                    "tunes of one head, e.g. two seeds of a --joint recipe), score the mean next to each on --dev, "
+                    "and --save it")
     ad.add_argument("--centring-check", dest="centring_check", action="store_true",
                     help="instead of the grid: score the shipped head and the finished grid variants on raw and on "
                     "centred keys over a fresh dev set (TriviaQA and SQuAD questions no grid run saw)")

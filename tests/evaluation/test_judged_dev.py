@@ -130,6 +130,8 @@ def test_collect_names_the_bad_line(tmp_path, line, message):
     (["adapter", "--joint", "--distil", "3", "--teacher-fusion", "1.5"], "from 0 to 1"),
     (["adapter", "--judged", "score", "--joint"], "--judged runs alone"),
     (["adapter", "--judged", "collect"], "needs --verdicts"),
+    (["adapter", "--average", "a.json"], "two or more"),
+    (["adapter", "--average", "a.json,b.json", "--joint"], "runs alone"),
 ])
 def test_bad_adapter_flags_are_one_line(capsys, args, match):
     from unreal_demo.__main__ import main

@@ -161,3 +161,43 @@ def run_joint(head_path: str, cfg: JointConfig, out: str | None = None, save: st
                                                             "joint_date": result["provenance"]["date"]}
         model.save(save)
     return result
+
+
+def run_average(head_paths: list[str], out: str | None = None, save: str | None = None, dev: str = "judged") -> dict:
+    """Average fine-tunes of one head (:func:`core.head.average_heads`, e.g. the joint recipe run with two seeds)
+    and score the average next to each of them as :func:`run_joint` scores its rows (the dev sets, labelled by the
+    ``dpr`` rule or judged by reading, and the New-Wiki test over the whole index); ``save`` receives the average
+    with its fusion weight refitted on dev, ``out`` the result JSON."""
+    if dev not in ("dpr", "judged"):
+        raise ValueError(f"dev must be 'dpr' or 'judged', not {dev!r}")
+    from ..core.head import QueryHead, average_heads
+    from ..pipeline import Explorer
+    from ..store.index import Index, shipped_folder
+
+    explorer = Explorer.load(head=head_paths[0], require_head=True)
+    heads = [explorer.head] + [QueryHead.load(p) for p in head_paths[1:]]
+    mean = average_heads(heads)
+    index = Index(shipped_folder(explorer))
+    _, devs, test = cached_sets(index, mean.config.n_context, cache_dir() / "adapter_sets")
+    if dev == "judged":
+        from .judged_dev import with_judged
+
+        devs = with_judged("dev", devs)[0]
+    keys, usable, _ = pool_of(index)
+    folder, rows = cache_dir() / "query_states", []
+    for label, model in [*zip(map(display_path, head_paths), heads, strict=True),
+                         (f"the mean of these {len(heads)} heads", mean)]:
+        dev_s = cache_sets(model, explorer.backbone, devs, folder)
+        (test_s,) = cache_sets(model, explorer.backbone, [test], folder)
+        rows.append(score_row(label, model, local(dev_s, usable), keys[usable], test_s, keys,
+                              {"digest": model.digest()[:16]}))
+    result = {"heads": [display_path(p) for p in head_paths], "dev": dev,
+              "dev sets": {q.name: len(q.texts) for q in devs}, "new_wiki test": len(test.texts), "rows": rows,
+              "markdown": grid_markdown(rows)}
+    result = write_result(result | {"cpu": status_line()}, out, explorer)
+    if save:
+        mean.config.fusion_weight = fit_fusion_on_dev(mean, index, devs, dev_s, keys, usable)
+        mean.config.provenance |= {"average_command": result["provenance"]["command"],
+                                   "average_row": rows[-1], "average_date": result["provenance"]["date"]}
+        mean.save(save)
+    return result
