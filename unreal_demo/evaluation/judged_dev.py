@@ -35,7 +35,8 @@ from .adapter_run import NATURAL_SETS, bm25_within, natural_questions, positions
 DEPTH = 10  # each retriever's top DEPTH chunks are read for an answer alias
 # precomputed/heads/…: the heads whose top 10 made the candidates (fixed: the verdicts are on their chunks) …
 HEADS = ("smollm2-135m-mix", "smollm2-135m-mix-alpha", "smollm2-135m-mix-adapter")
-SCORED = (*HEADS, "smollm2-135m-mix-joint")  # … and every shipped head, scored on the judged set
+# … and every shipped head, scored on the judged set
+SCORED = (*HEADS, "smollm2-135m-mix-joint", "smollm2-135m-mix-joint-seed1")
 JOINT_START = "smollm2-135m-mix-alpha"  # the head whose joint fine-tunes on this machine are scored too
 
 
