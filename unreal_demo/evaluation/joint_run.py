@@ -184,19 +184,19 @@ def run_average(head_paths: list[str], out: str | None = None, save: str | None 
 
         devs = with_judged("dev", devs)[0]
     keys, usable, _ = pool_of(index)
-    folder, rows = cache_dir() / "query_states", []
+    folder, rows, states = cache_dir() / "query_states", [], []
     for label, model in [*zip(map(display_path, head_paths), heads, strict=True),
                          (f"the mean of these {len(heads)} heads", mean)]:
-        dev_s = cache_sets(model, explorer.backbone, devs, folder)
+        states.append(cache_sets(model, explorer.backbone, devs, folder))
         (test_s,) = cache_sets(model, explorer.backbone, [test], folder)
-        rows.append(score_row(label, model, local(dev_s, usable), keys[usable], test_s, keys,
+        rows.append(score_row(label, model, local(states[-1], usable), keys[usable], test_s, keys,
                               {"digest": model.digest()[:16]}))
     result = {"heads": [display_path(p) for p in head_paths], "dev": dev,
               "dev sets": {q.name: len(q.texts) for q in devs}, "new_wiki test": len(test.texts), "rows": rows,
               "markdown": grid_markdown(rows)}
     result = write_result(result | {"cpu": status_line()}, out, explorer)
     if save:
-        mean.config.fusion_weight = fit_fusion_on_dev(mean, index, devs, dev_s, keys, usable)
+        mean.config.fusion_weight = fit_fusion_on_dev(mean, index, devs, states[-1], keys, usable)  # the mean's
         mean.config.provenance |= {"average_command": result["provenance"]["command"],
                                    "average_row": rows[-1], "average_date": result["provenance"]["date"]}
         mean.save(save)
