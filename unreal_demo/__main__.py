@@ -217,9 +217,9 @@ def _adapter(args: argparse.Namespace) -> None:
         from .evaluation.joint_run import run_average
 
         paths = [p.strip() for p in args.average.split(",") if p.strip()]
-        if len(paths) < 2 or args.joint or args.judged or args.centring_check:
-            raise UserError("--average takes two or more comma-separated heads and runs alone (not with --joint, "
-                            "--judged or --centring-check)")
+        if len(paths) < 2 or args.joint or args.judged or args.centring_check or args.head:
+            raise UserError("--average takes two or more comma-separated heads and runs alone (not with --head, "
+                            "--joint, --judged or --centring-check)")
         print(run_average(paths, args.out, args.save, args.dev)["markdown"])
         return
     if args.joint:
@@ -657,10 +657,12 @@ def build_parser() -> argparse.ArgumentParser:
                     help="instead of the grid: natural questions judged by reading — write the candidate chunks to "
                     "read, collect the read verdicts into precomputed/judged/SIDE.json.gz, or score every head on "
                     "the judged dev set")
-    ad.add_argument("--side", choices=("dev", "train"), default="dev", help="--judged: which questions")
-    ad.add_argument("--positives", choices=("cleaner", "judged"), default="cleaner",
-                    help="--joint: the natural training questions' positives: the dpr rule's at BM25 rank ≤ 3, or "
-                    "the chunks judged by reading to answer them (precomputed/judged/train.json.gz)")
+    ad.add_argument("--side", choices=("dev", "train", "more"), default="dev",
+                    help="--judged: which questions (more: the train questions the grid's sample left out)")
+    ad.add_argument("--positives", choices=("cleaner", "judged", "judged-more"), default="cleaner",
+                    help="--joint: the natural training questions' positives: the dpr rule's at BM25 rank ≤ 3, "
+                    "the chunks judged by reading to answer them (precomputed/judged/train.json.gz), or those and "
+                    "the judged questions the grid's sample left out (precomputed/judged/more.json.gz)")
     ad.add_argument("--dev", choices=("dpr", "judged"), default="dpr",
                     help="the grid's natural dev sets: labelled by the dpr rule, or their questions with a chunk "
                     "judged by reading to answer them (precomputed/judged/dev.json.gz)")

@@ -115,3 +115,29 @@ def test_title_sets_keep_the_questions_whose_answer_titles_a_chunk(monkeypatch):
     (out,) = adapter_run.titled(index, ([1, 2, 3], texts, BM25(texts)), sets, cached)
     assert out.name == "nq:title" and out.positives == [[1]]  # the index id of the George Washington chunk
     assert out.groups.flatten().tolist() == [0.0]  # the first question's cached states, unchanged
+
+
+def test_more_train_sets_leave_out_the_grid_s_sample_and_every_dev_text(monkeypatch, tmp_path):
+    from types import SimpleNamespace
+
+    from unreal_demo.core.joint_training import TextSet
+    from unreal_demo.core.selection import BM25
+    from unreal_demo.data.natural import NaturalQuestion
+    from unreal_demo.evaluation import adapter_run
+
+    texts = ["George Washington was the first president.", "Paris is the capital of France.",
+             "Mount Everest is the highest mountain."]
+    train = [NaturalQuestion("t:0", "who was the first president", ("George Washington",)),  # the grid's sample
+             NaturalQuestion("t:1", "capital of france", ("Paris",)),                        # left out: kept
+             NaturalQuestion("t:2", "highest mountain", ("Everest",)),                       # a dev text: dropped
+             NaturalQuestion("t:3", "longest river", ("Nile",))]                             # no positive: dropped
+    dev = [NaturalQuestion("d:0", "highest mountain", ("Everest",))]
+    monkeypatch.setattr(adapter_run, "load_natural", lambda source: train + dev)
+    monkeypatch.setattr(adapter_run, "question_split", lambda qs: (train, dev))
+    monkeypatch.setattr(adapter_run, "usable_pool", lambda index: ([7, 8, 9], texts, BM25(texts)))
+    monkeypatch.setattr(adapter_run, "cached_sets", lambda index, n, folder: (
+        [TextSet("nq", [train[0].text], [[]], [[7]]), TextSet("squad", ["q"], [[]], [[9]])], [], None))
+    (out,) = adapter_run.more_train_sets(SimpleNamespace(), 1, tmp_path)
+    assert (out.name, out.texts, out.positives) == ("nq", ["capital of france"], [[8]])  # pool id of chunk 1
+    assert out.contexts == [[texts[1]]]  # C0: BM25's top 1 over the pool
+    assert adapter_run.more_train_sets(SimpleNamespace(), 1, tmp_path) == [out]  # read back from its JSON

@@ -132,6 +132,7 @@ def test_collect_names_the_bad_line(tmp_path, line, message):
     (["adapter", "--judged", "collect"], "needs --verdicts"),
     (["adapter", "--average", "a.json"], "two or more"),
     (["adapter", "--average", "a.json,b.json", "--joint"], "runs alone"),
+    (["adapter", "--average", "a.json,b.json", "--head", "c.json"], "not with --head"),
 ])
 def test_bad_adapter_flags_are_one_line(capsys, args, match):
     from unreal_demo.__main__ import main
@@ -149,3 +150,16 @@ def test_collect_before_candidates_is_one_line(capsys, tmp_path, monkeypatch):
     verdicts = _verdicts(tmp_path, [("q:0", 5, "no")])
     assert main(["adapter", "--judged", "collect", "--verdicts", str(verdicts), "--judged-by", "me"]) == 2
     assert "run `adapter --judged candidates" in capsys.readouterr().err
+
+
+def test_with_more_adds_the_more_side_s_judged_questions_to_their_source(monkeypatch):
+    from unreal_demo.core.joint_training import TextSet
+    from unreal_demo.evaluation import judged_dev
+
+    trains = [TextSet("nq:judged", ["a"], [["c"]], [[1]]), TextSet("squad", ["s"], [["c"]], [[2]])]
+    more = [TextSet("nq:judged", ["b", "d"], [["c2"], ["c3"]], [[4], [5, 6]])]
+    monkeypatch.setattr(judged_dev, "natural_sets", lambda index, n, side: side)
+    monkeypatch.setattr(judged_dev, "judged_sets", lambda side, sets: (more if sets == "more" else [], []))
+    out = judged_dev.with_more(trains, None, 2)
+    assert out[0] == TextSet("nq:judged", ["a", "b", "d"], [["c"], ["c2"], ["c3"]], [[1], [4], [5, 6]])
+    assert out[1] is trains[1]

@@ -114,14 +114,21 @@ def build_sets(index, n_context: int, seed: int = 0) -> tuple[list[TextSet], lis
     return trains, devs, test
 
 
-def cached_sets(index, n_context: int, folder) -> tuple[list[TextSet], list[TextSet], TextSet]:
-    """:func:`build_sets`, kept as JSON in ``folder`` (the distant supervision takes ~2 minutes)."""
+def _sets_path(folder, name: str):
+    """``folder/NAME-CAPS.json``: the file of sets built under today's caps (:data:`TRAIN_CAP`, :data:`DEV_CAP`)."""
     import hashlib
     import json
     from pathlib import Path
 
     caps = hashlib.md5(json.dumps([TRAIN_CAP, DEV_CAP, TEST], sort_keys=True).encode()).hexdigest()[:8]
-    path = Path(folder) / f"c{n_context}-{caps}.json"
+    return Path(folder) / f"{name}-{caps}.json"
+
+
+def cached_sets(index, n_context: int, folder) -> tuple[list[TextSet], list[TextSet], TextSet]:
+    """:func:`build_sets`, kept as JSON in ``folder`` (the distant supervision takes ~2 minutes)."""
+    import json
+
+    path = _sets_path(folder, f"c{n_context}")
     if path.exists():
         raw = json.loads(path.read_text())
         trains, devs = ([TextSet(**q) for q in raw[side]] for side in ("train", "dev"))
@@ -131,6 +138,33 @@ def cached_sets(index, n_context: int, folder) -> tuple[list[TextSet], list[Text
     path.write_text(json.dumps({"train": [asdict(q) for q in trains], "dev": [asdict(q) for q in devs],
                                 "test": asdict(test)}))
     return trains, devs, test
+
+
+def more_train_sets(index, n_context: int, folder) -> list[TextSet]:
+    """The natural questions of the train split with a ``dpr`` positive that :func:`build_sets`' seeded sample
+    left out (its caps), one :class:`TextSet` per source named as the grid's (``nq``, ``tqa``), C0 from BM25 over
+    the pool; a question whose text is also a dev-split question's is dropped. Kept as JSON in ``folder``."""
+    import json
+
+    path = _sets_path(folder, f"more-c{n_context}")
+    if path.exists():
+        return [TextSet(**q) for q in json.loads(path.read_text())]
+    trains, _, _ = cached_sets(index, n_context, folder)
+    pool, texts, bm25 = usable_pool(index)
+    out = []
+    for t in trains:
+        if t.name not in NATURAL_SETS:
+            continue
+        train_qs, dev_qs = question_split(load_natural(NATURAL_SETS[t.name]))
+        taken = {*t.texts, *(q.text for q in dev_qs)}
+        rest = list({q.text: q for q in train_qs if q.text not in taken}.values())  # one per text
+        pos = distant_positives(rest, texts, bm25, depth=100, rule="dpr")
+        kept = [(q.text, [pool[j] for j in p]) for q, p in zip(rest, pos, strict=True) if p]
+        qtexts = [q for q, _ in kept]
+        out.append(TextSet(t.name, qtexts, bm25_contexts(bm25, texts, qtexts, n_context), [p for _, p in kept]))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps([asdict(q) for q in out]))
+    return out
 
 
 def centred_keys(index) -> tuple[torch.Tensor, torch.Tensor]:

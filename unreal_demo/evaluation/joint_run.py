@@ -43,6 +43,8 @@ from .adapter_run import (
 from .results import write_result
 
 DEPTH = 3  # the cleaner positives' BM25 depth (the grid's best row)
+POSITIVES = {"cleaner": "the dpr rule's positives at BM25 rank ≤ 3", "judged": "judged positives",
+             "judged-more": "judged positives with the more side"}
 TRAIN_C0 = {"bm25": "C0 = BM25's top chunks", "without-positive": "C0 without the positive",
             "half": "half the visits with C0 without the positive",
             "quarter": "a quarter of the visits with C0 without the positive"}
@@ -60,14 +62,15 @@ def run_joint(head_path: str, cfg: JointConfig, out: str | None = None, save: st
     has them. ``keep``: score and save the best dev check's state (``"best"``) or the last step's (``"last"``,
     written even when the best is step 0). ``n_context``: |C0| to train and score with (default: the head's); the
     starting row reads that many passages with the starting head's weights (:func:`adapter_run.with_context`).
-    ``positives``: the natural training questions' positives — ``cleaner`` (the ``dpr`` rule's, BM25 rank ≤ 3)
-    or ``judged`` (the chunks read as answering them; :mod:`judged_dev`); ``dev``: the natural dev sets labelled
+    ``positives``: the natural training questions' positives — ``cleaner`` (the ``dpr`` rule's, BM25 rank ≤ 3),
+    ``judged`` (the chunks read as answering them; :mod:`judged_dev`) or ``judged-more`` (those and the judged
+    questions the grid's sample left out, :func:`judged_dev.with_more`); ``dev``: the natural dev sets labelled
     by the ``dpr`` rule or judged by reading (the checks and the final rows)."""
     if train_c0 not in TRAIN_C0:
         raise ValueError(f"train_c0 must be one of {', '.join(TRAIN_C0)}, not {train_c0!r}")
-    if positives not in ("cleaner", "judged") or dev not in ("dpr", "judged"):
-        raise ValueError(f"positives must be 'cleaner' or 'judged' and dev 'dpr' or 'judged', not {positives!r}, "
-                         f"{dev!r}")
+    if positives not in POSITIVES or dev not in ("dpr", "judged"):
+        raise ValueError(f"positives must be one of {', '.join(POSITIVES)} and dev 'dpr' or 'judged', not "
+                         f"{positives!r}, {dev!r}")
     from ..pipeline import Explorer
     from ..store.index import Index, shipped_folder
 
@@ -77,11 +80,14 @@ def run_joint(head_path: str, cfg: JointConfig, out: str | None = None, save: st
         head = with_context(head, n_context)
     index = Index(shipped_folder(explorer))
     trains, devs, test = cached_sets(index, head.config.n_context, cache_dir() / "adapter_sets")
-    if positives == "judged" or dev == "judged":
-        from .judged_dev import judged_digest, with_judged
+    judged = positives != "cleaner" or dev == "judged"
+    if judged:
+        from .judged_dev import judged_digest, with_judged, with_more
 
-        if positives == "judged":
+        if positives != "cleaner":
             trains = with_judged("train", trains)[0]
+        if positives == "judged-more":
+            trains = with_more(trains, index, head.config.n_context)
         if dev == "judged":
             devs = with_judged("dev", devs)[0]
     folder = cache_dir() / "query_states"
@@ -114,7 +120,8 @@ def run_joint(head_path: str, cfg: JointConfig, out: str | None = None, save: st
     dev_t = [texts(q, list(range(len(q.texts))), q.name) for q in devs]
     named = (({"c0": TRAIN_C0[train_c0]} if train_c0 != "bm25" else {})
              | ({"positives": positives} if positives != "cleaner" else {}) | ({"dev": dev} if dev != "dpr" else {})
-             | ({"judged": judged_digest()} if "judged" in (positives, dev) else {}))  # the verdicts it was built on
+             | ({"judged": judged_digest(("dev", "train", "more") if positives == "judged-more" else ("dev", "train"))}
+                if judged else {}))  # the verdicts it was built on
     settings = hashlib.sha1(json.dumps(settings_of(cfg) | {"steps": None} | named,
                                        sort_keys=True).encode()).hexdigest()[:8]
     run_folder = cache_dir() / "joint_runs" / f"{head.digest()[:12]}-{settings}"  # more --steps resume the run
@@ -138,7 +145,7 @@ def run_joint(head_path: str, cfg: JointConfig, out: str | None = None, save: st
     trained = f"ρ, α and the r = {rank} adapter" if rank else "ρ and α"
     start = f"starting head ({f'r = {rank} adapter' if rank else 'no adapter'}, ρ as given)"
     tuned = (f"joint fine-tune of {trained}" + (f", {TRAIN_C0[train_c0]}" if train_c0 != "bm25" else "")
-             + (", judged positives" if positives == "judged" else "")
+             + (f", {POSITIVES[positives]}" if positives != "cleaner" else "")
              + (f", distillation {cfg.distil:g} toward the start" + (" on SQuAD-style questions"
                 if cfg.teacher_fusion is None else f"'s score fusion with BM25 (w {cfg.teacher_fusion:g})")
                 if cfg.distil else "")

@@ -40,16 +40,19 @@ SCORED = (*HEADS, "smollm2-135m-mix-joint", "smollm2-135m-mix-joint-seed1")
 JOINT_START = "smollm2-135m-mix-alpha"  # the head whose joint fine-tunes on this machine are scored too
 
 
+SIDES = ("dev", "train", "more")  # the grid's dev and train questions; "more": the train questions it left out
+
+
 def judged_path(side: str = "dev") -> Path:
-    """Where the judged ``side`` is kept: ``precomputed/judged/{dev,train}.json.gz``."""
+    """Where the judged ``side`` is kept: ``precomputed/judged/{dev,train,more}.json.gz``."""
     return PRECOMPUTED / "judged" / f"{side}.json.gz"
 
 
-def judged_digest() -> str:
-    """8 hex digits of the SHA-1 of both judged files: runs and grid variants built on them are kept apart from
-    those built on other verdicts."""
+def judged_digest(sides: tuple[str, ...] = ("dev", "train")) -> str:
+    """8 hex digits of the SHA-1 of the judged files of ``sides``: runs and grid variants built on them are kept
+    apart from those built on other verdicts."""
     h = hashlib.sha1()
-    for side in ("dev", "train"):
+    for side in sides:
         path = judged_path(side)
         h.update(gzip.decompress(path.read_bytes()) if path.exists() else b"")
     return h.hexdigest()[:8]
@@ -131,6 +134,17 @@ def judged_sets(side: str, sets: list, states: list[StateSet] | None = None) -> 
     return texts, cached
 
 
+def with_more(trains: list, index, n_context: int) -> list:
+    """The judged train sets ``trains`` (:func:`with_judged`) with the judged questions of the ``more`` side
+    (:func:`adapter_run.more_train_sets`) added to the set of their source, so ``nq:judged`` / ``tqa:judged`` hold
+    every train question read as answered by a chunk."""
+    from ..core.joint_training import TextSet
+
+    more = {t.name: t for t in judged_sets("more", natural_sets(index, n_context, "more"))[0]}
+    return [TextSet(t.name, t.texts + more[t.name].texts, t.contexts + more[t.name].contexts,
+                    t.positives + more[t.name].positives) if t.name in more else t for t in trains]
+
+
 def with_judged(side: str, sets: list, states: list[StateSet] | None = None) -> tuple[list, list[StateSet]]:
     """``sets`` (and ``states``) with each natural set replaced by its judged set (:func:`judged_sets`), the
     others kept after them."""
@@ -194,10 +208,13 @@ def candidates_path(side: str = "dev") -> Path:
 
 
 def natural_sets(index, n_context: int, side: str) -> list:
-    """The grid's natural (NQ, TriviaQA) :class:`TextSet` of ``side``."""
+    """The grid's natural (NQ, TriviaQA) :class:`TextSet` of ``side`` (``more``: the train questions it left out,
+    :func:`adapter_run.more_train_sets`)."""
     from ..settings import cache_dir
-    from .adapter_run import cached_sets
+    from .adapter_run import cached_sets, more_train_sets
 
+    if side == "more":
+        return more_train_sets(index, n_context, cache_dir() / "adapter_sets")
     trains, devs, _ = cached_sets(index, n_context, cache_dir() / "adapter_sets")
     return [d for d in (devs if side == "dev" else trains) if d.name in NATURAL_SETS]
 
