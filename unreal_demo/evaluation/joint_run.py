@@ -40,6 +40,7 @@ from .adapter_run import (
     with_context,
     without_positive_c0,
 )
+from .judged_dev import judged_digest, with_judged, with_more
 from .results import write_result
 
 DEPTH = 3  # the cleaner positives' BM25 depth (the grid's best row)
@@ -48,6 +49,38 @@ POSITIVES = {"cleaner": "the dpr rule's positives at BM25 rank ≤ 3", "judged":
 TRAIN_C0 = {"bm25": "C0 = BM25's top chunks", "without-positive": "C0 without the positive",
             "half": "half the visits with C0 without the positive",
             "quarter": "a quarter of the visits with C0 without the positive"}
+
+
+def open_sets(head_path: str, n_context: int | None, positives: str, dev: str) -> tuple:
+    """(the :class:`pipeline.Explorer` of ``head_path``, its head reading ``n_context`` passages (default: its
+    own |C0|), the shipped index, (train sets, dev sets, New-Wiki test)) of the adapter experiment, with the judged
+    sets in place where ``positives`` (:data:`POSITIVES`) and ``dev`` (``dpr`` or ``judged``) ask for them.
+
+    Raises
+    ------
+    ValueError
+        An unknown ``positives`` or ``dev``.
+    """
+    if positives not in POSITIVES or dev not in ("dpr", "judged"):
+        raise ValueError(f"positives must be one of {', '.join(POSITIVES)} and dev 'dpr' or 'judged', not "
+                         f"{positives!r}, {dev!r}")
+    from ..pipeline import Explorer
+    from ..store.index import Index, shipped_folder
+
+    explorer = Explorer.load(head=head_path, require_head=True)
+    head = explorer.head
+    if n_context is not None and n_context != head.config.n_context:
+        head = with_context(head, n_context)
+    index = Index(shipped_folder(explorer))
+    trains, devs, test = cached_sets(index, head.config.n_context, cache_dir() / "adapter_sets")
+    if positives != "cleaner" or dev == "judged":
+        if positives != "cleaner":
+            trains = with_judged("train", trains)[0]
+        if positives == "judged-more":
+            trains = with_more(trains, index, head.config.n_context)
+        if dev == "judged":
+            devs = with_judged("dev", devs)[0]
+    return explorer, head, index, (trains, devs, test)
 
 
 def run_joint(head_path: str, cfg: JointConfig, out: str | None = None, save: str | None = None,
@@ -68,28 +101,8 @@ def run_joint(head_path: str, cfg: JointConfig, out: str | None = None, save: st
     by the ``dpr`` rule or judged by reading (the checks and the final rows)."""
     if train_c0 not in TRAIN_C0:
         raise ValueError(f"train_c0 must be one of {', '.join(TRAIN_C0)}, not {train_c0!r}")
-    if positives not in POSITIVES or dev not in ("dpr", "judged"):
-        raise ValueError(f"positives must be one of {', '.join(POSITIVES)} and dev 'dpr' or 'judged', not "
-                         f"{positives!r}, {dev!r}")
-    from ..pipeline import Explorer
-    from ..store.index import Index, shipped_folder
-
-    explorer = Explorer.load(head=head_path, require_head=True)
-    head, backbone = explorer.head, explorer.backbone
-    if n_context is not None and n_context != head.config.n_context:
-        head = with_context(head, n_context)
-    index = Index(shipped_folder(explorer))
-    trains, devs, test = cached_sets(index, head.config.n_context, cache_dir() / "adapter_sets")
-    judged = positives != "cleaner" or dev == "judged"
-    if judged:
-        from .judged_dev import judged_digest, with_judged, with_more
-
-        if positives != "cleaner":
-            trains = with_judged("train", trains)[0]
-        if positives == "judged-more":
-            trains = with_more(trains, index, head.config.n_context)
-        if dev == "judged":
-            devs = with_judged("dev", devs)[0]
+    explorer, head, index, (trains, devs, test) = open_sets(head_path, n_context, positives, dev)
+    backbone = explorer.backbone
     folder = cache_dir() / "query_states"
     weights = None
     if train_c0 != "bm25":
@@ -121,7 +134,7 @@ def run_joint(head_path: str, cfg: JointConfig, out: str | None = None, save: st
     named = (({"c0": TRAIN_C0[train_c0]} if train_c0 != "bm25" else {})
              | ({"positives": positives} if positives != "cleaner" else {}) | ({"dev": dev} if dev != "dpr" else {})
              | ({"judged": judged_digest(("dev", "train", "more") if positives == "judged-more" else ("dev", "train"))}
-                if judged else {}))  # the verdicts it was built on
+                if positives != "cleaner" or dev == "judged" else {}))  # the verdicts it was built on
     settings = hashlib.sha1(json.dumps(settings_of(cfg) | {"steps": None} | named,
                                        sort_keys=True).encode()).hexdigest()[:8]
     run_folder = cache_dir() / "joint_runs" / f"{head.digest()[:12]}-{settings}"  # more --steps resume the run
@@ -175,21 +188,11 @@ def run_average(head_paths: list[str], out: str | None = None, save: str | None 
     and score the average next to each of them as :func:`run_joint` scores its rows (the dev sets, labelled by the
     ``dpr`` rule or judged by reading, and the New-Wiki test over the whole index); ``save`` receives the average
     with its fusion weight refitted on dev, ``out`` the result JSON."""
-    if dev not in ("dpr", "judged"):
-        raise ValueError(f"dev must be 'dpr' or 'judged', not {dev!r}")
     from ..core.head import QueryHead, average_heads
-    from ..pipeline import Explorer
-    from ..store.index import Index, shipped_folder
 
-    explorer = Explorer.load(head=head_paths[0], require_head=True)
+    explorer, _, index, (_, devs, test) = open_sets(head_paths[0], None, "cleaner", dev)
     heads = [explorer.head] + [QueryHead.load(p) for p in head_paths[1:]]
-    mean = average_heads(heads)
-    index = Index(shipped_folder(explorer))
-    _, devs, test = cached_sets(index, mean.config.n_context, cache_dir() / "adapter_sets")
-    if dev == "judged":
-        from .judged_dev import with_judged
-
-        devs = with_judged("dev", devs)[0]
+    mean = average_heads(heads)  # the settings of every head checked equal: the first head's sets serve them all
     keys, usable, _ = pool_of(index)
     folder, rows, states = cache_dir() / "query_states", [], []
     for label, model in [*zip(map(display_path, head_paths), heads, strict=True),
