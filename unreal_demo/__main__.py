@@ -213,6 +213,22 @@ def _adapter(args: argparse.Namespace) -> None:
         raise UserError("--positives, --distil, --teacher-fusion and --seed belong to --joint runs")
     if args.judged and (args.joint or args.centring_check or args.dev != "dpr"):
         raise UserError("--judged runs alone: not with --joint, --centring-check or --dev")
+    if args.groups_check is not None:
+        try:
+            groups = [int(g) for g in args.groups_check.split(",")]
+        except ValueError:
+            raise UserError(f"--groups-check takes comma-separated whole numbers, not {args.groups_check!r}") from None
+        if args.joint or args.judged or args.centring_check or args.average or not all(g >= 1 for g in groups):
+            raise UserError("--groups-check takes numbers of query vectors of at least 1 and runs alone (not with "
+                            "--joint, --judged, --centring-check or --average)")
+        from .core.head import HeadError
+        from .evaluation.groups_check import run as groups_check
+
+        try:
+            print(groups_check(head, groups, args.out)["markdown"])
+        except HeadError as e:
+            raise UserError(str(e)) from None
+        return
     if args.average:
         from .evaluation.joint_run import run_average
 
@@ -650,6 +666,9 @@ def build_parser() -> argparse.ArgumentParser:
     ad.add_argument("--average", default=None, help="instead of the grid: average these comma-separated heads (fine-"
                     "tunes of one head, e.g. two seeds of a --joint recipe), score the mean next to each on --dev, "
                     "and --save it")
+    ad.add_argument("--groups-check", dest="groups_check", default=None, metavar="G,G,…",
+                    help="instead of the grid: score --head with its retrieval tokens cut into each of these numbers "
+                    "of query vectors G (divisors of R), untrained, on the judged dev sets and the New-Wiki test")
     ad.add_argument("--centring-check", dest="centring_check", action="store_true",
                     help="instead of the grid: score the shipped head and the finished grid variants on raw and on "
                     "centred keys over a fresh dev set (TriviaQA and SQuAD questions no grid run saw)")

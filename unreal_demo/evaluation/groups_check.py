@@ -1,0 +1,95 @@
+"""How many query vectors: a trained head's ρ states cut into G groups again, without training (Eq. 3's pooling).
+
+A head turns its R retrieval tokens' states into G query vectors by averaging R / G consecutive tokens per group
+(:meth:`core.head.QueryHead.layer_groups`); α is one weight per read-out layer, shared by every group, so the same
+ρ and α serve any G that divides R. More groups give MaxSim (Eq. 4) finer query vectors at G / 4 times today's scan
+cost; the query encoding (one LLM pass) is unchanged, and no stored key changes. Here each question's states are
+cached once with one group per retrieval token (G = R), every G is pooled from them, and each G is scored on the
+adapter experiment's dev sets (the judged NQ / TriviaQA questions, SQuAD dev) and the New-Wiki test over the whole
+index, exactly as the joint runs' rows (:func:`adapter_run.score_row`).
+
+    python -m unreal_demo adapter --groups-check 1,2,4,8,16,32 \\
+        --head precomputed/heads/smollm2-135m-mix-joint-seed1/head.json --out precomputed/groups_check.json
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+from ..core.cpu import status_line
+from ..core.head import QueryHead
+from ..core.state_training import StateSet
+from ..settings import cache_dir, display_path
+from .adapter_run import cache_sets, local, pool_of, score_row
+from .joint_run import open_sets
+from .results import write_result
+
+
+def regrouped(head: QueryHead, n_groups: int) -> QueryHead:
+    """``head`` with its R retrieval tokens cut into ``n_groups`` groups: the same ρ, α (and adapter).
+
+    Raises
+    ------
+    HeadError
+        ``n_groups`` does not divide R.
+
+    Examples
+    --------
+    >>> from unreal_demo.core.head import HeadConfig
+    >>> head = QueryHead(HeadConfig(model="tiny", hidden_size=4, n_layers=2, chunk_layer=1, n_ret=4, n_groups=2))
+    >>> g4 = regrouped(head, 4)
+    >>> g4.config.n_groups, torch.equal(g4.rho, head.rho), torch.equal(g4.alpha, head.alpha)
+    (4, True, True)
+    """
+    out = QueryHead(dataclasses.replace(head.config, n_groups=n_groups))
+    out.load_state_dict(head.state_dict())
+    return out.eval()
+
+
+def pool_groups(states: torch.Tensor, n_groups: int) -> torch.Tensor:
+    """Per-token states ``(N, |α|, R, d)`` averaged into ``n_groups`` groups of consecutive tokens ``(N, |α|, G, d)``,
+    as :meth:`core.head.QueryHead.layer_groups` pools them.
+
+    >>> s = torch.arange(8.0).reshape(1, 1, 4, 2)  # tokens (0, 1), (2, 3), (4, 5), (6, 7)
+    >>> pool_groups(s, 2).tolist()
+    [[[[1.0, 2.0], [5.0, 6.0]]]]
+    """
+    n, layers, r, d = states.shape
+    return states.reshape(n, layers, n_groups, r // n_groups, d).mean(3)
+
+
+def run(head_path: str, groups: list[int], out: str | None = None) -> dict:
+    """Score ``head_path`` with each G of ``groups`` (every one a divisor of its R) on the judged dev sets and the
+    New-Wiki test; rows as the joint runs' (:func:`adapter_run.score_row`) plus the dev mean R@10 and the number
+    of query vectors; the result carries its table."""
+    explorer, head, index, (_, devs, test) = open_sets(head_path, None, "cleaner", "judged")
+    for g in groups:
+        regrouped(head, g)  # refuse a G that does not divide R before any LLM pass
+    fine = regrouped(head, head.config.n_ret)  # one group per retrieval token: every G pools from these
+    folder = cache_dir() / "query_states"
+    dev_s = cache_sets(fine, explorer.backbone, devs, folder)
+    (test_s,) = cache_sets(fine, explorer.backbone, [test], folder)
+    keys, usable, _ = pool_of(index)
+    rows = []
+    for g in groups:
+        model = regrouped(head, g)
+        dev_g = [StateSet(s.name, pool_groups(s.groups.float(), g), s.positives) for s in dev_s]
+        test_g = StateSet(test_s.name, pool_groups(test_s.groups.float(), g), test_s.positives)
+        row = score_row(f"G = {g}" + (" (as trained)" if g == head.config.n_groups else ""), model,
+                        local(dev_g, usable), keys[usable], test_g, keys, {"query vectors": g})
+        r10 = [row[f"dev {s.name} R@10"] for s in dev_s]
+        rows.append(row | {"dev mean of R@10": round(sum(r10) / len(r10), 4)})
+        print({k: v for k, v in rows[-1].items() if "R@" in k or k == "variant"})
+    result = {"head": display_path(head_path), "dev sets": {s.name: len(s.texts) for s in devs},
+              "new_wiki test": len(test.texts), "rows": rows, "markdown": markdown(rows)}
+    return write_result(result | {"cpu": status_line()}, out, explorer)
+
+
+def markdown(rows: list[dict]) -> str:
+    """The rows as a table: each dev set's R@1 / R@10, the dev means, the New-Wiki test."""
+    cols = [k for k in rows[0] if k.startswith("dev ") and "R@" in k] + ["test new_wiki R@1", "test new_wiki R@10"]
+    lines = ["| G (query vectors) | " + " | ".join(cols) + " |", "|---" * (len(cols) + 1) + "|"]
+    lines += [f"| {r['variant']} | " + " | ".join(f"{r[c]:.3f}" for c in cols) + " |" for r in rows]
+    return "\n".join(lines)
