@@ -218,16 +218,18 @@ def _adapter(args: argparse.Namespace) -> None:
             groups = [int(g) for g in args.groups_check.split(",")]
         except ValueError:
             raise UserError(f"--groups-check takes comma-separated whole numbers, not {args.groups_check!r}") from None
-        if args.joint or args.judged or args.centring_check or args.average or not all(g >= 1 for g in groups):
-            raise UserError("--groups-check takes numbers of query vectors of at least 1 and runs alone (not with "
-                            "--joint, --judged, --centring-check or --average)")
-        from .core.head import HeadError
+        if (args.joint or args.judged or args.centring_check or args.average or args.save or args.n_context is not None
+                or args.dev != "dpr" or args.side != "dev" or not all(g >= 1 for g in groups)):
+            raise UserError("--groups-check takes numbers of query vectors of at least 1 and runs alone on the judged "
+                            "dev sets (not with --joint, --judged, --centring-check, --average, --save, --n-context, "
+                            "--dev or --side)")
+        from .core.head import QueryHead
         from .evaluation.groups_check import run as groups_check
 
-        try:
-            print(groups_check(head, groups, args.out)["markdown"])
-        except HeadError as e:
-            raise UserError(str(e)) from None
+        n_ret = QueryHead.load(head).config.n_ret  # a bad head or G is refused before the model loads
+        if bad := [g for g in groups if n_ret % g]:
+            raise UserError(f"--groups-check: G = {bad[0]} does not divide the head's R = {n_ret} retrieval tokens")
+        print(groups_check(head, groups, args.out)["markdown"])
         return
     if args.average:
         from .evaluation.joint_run import run_average

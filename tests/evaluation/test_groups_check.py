@@ -20,12 +20,6 @@ class TestRegrouping:
             assert own.shape == (*fine.shape[:2], g, fine.shape[3])
             assert torch.allclose(pool_groups(fine, g), own, atol=1e-5)
 
-    def test_the_head_as_trained_is_unchanged(self, tiny):
-        head = untrained_head(tiny)
-        same = regrouped(head, head.config.n_groups)
-        groups = head.layer_groups(tiny, ["q"], [[]])
-        assert torch.equal(head.from_layer_groups(groups), same.from_layer_groups(groups))
-
     def test_a_g_that_does_not_divide_r_is_refused(self, tiny):
         head = untrained_head(tiny)
         with pytest.raises(HeadError, match="multiple of G"):

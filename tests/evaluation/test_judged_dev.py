@@ -133,6 +133,11 @@ def test_collect_names_the_bad_line(tmp_path, line, message):
     (["adapter", "--average", "a.json"], "two or more"),
     (["adapter", "--average", "a.json,b.json", "--joint"], "runs alone"),
     (["adapter", "--average", "a.json,b.json", "--head", "c.json"], "not with --head"),
+    (["adapter", "--groups-check", "4,x"], "comma-separated whole numbers"),
+    (["adapter", "--groups-check", "0,4"], "at least 1"),
+    (["adapter", "--groups-check", "4", "--dev", "judged"], "runs alone"),
+    (["adapter", "--groups-check", "5", "--head", "precomputed/heads/smollm2-135m-mix-joint-seed1/head.json"],
+     "does not divide the head's R = 32"),
 ])
 def test_bad_adapter_flags_are_one_line(capsys, args, match):
     from unreal_demo.__main__ import main

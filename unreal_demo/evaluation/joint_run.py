@@ -24,6 +24,7 @@ from ..core.cpu import status_line
 from ..core.joint_training import JointConfig, TextSet, fit_joint, lexical_scale, settings_of
 from ..core.maxsim import maxsim_reference
 from ..core.state_training import StateSet, mine
+from ..errors import InputError
 from ..settings import cache_dir, display_path
 from .adapter_run import (
     NATURAL_SETS,
@@ -40,7 +41,7 @@ from .adapter_run import (
     with_context,
     without_positive_c0,
 )
-from .judged_dev import judged_digest, with_judged, with_more
+from .judged_dev import judged_digest, judged_path, with_judged, with_more
 from .results import write_result
 
 DEPTH = 3  # the cleaner positives' BM25 depth (the grid's best row)
@@ -60,10 +61,15 @@ def open_sets(head_path: str, n_context: int | None, positives: str, dev: str) -
     ------
     ValueError
         An unknown ``positives`` or ``dev``.
+    InputError
+        ``judged-more`` without the judged more side (``precomputed/judged/more.json.gz``).
     """
     if positives not in POSITIVES or dev not in ("dpr", "judged"):
         raise ValueError(f"positives must be one of {', '.join(POSITIVES)} and dev 'dpr' or 'judged', not "
                          f"{positives!r}, {dev!r}")
+    if positives == "judged-more" and not judged_path("more").exists():
+        raise InputError(f"no judged more side ({display_path(judged_path('more'))}): run `adapter --judged "
+                         "candidates --side more`, read the candidates and `--judged collect --side more` first")
     from ..pipeline import Explorer
     from ..store.index import Index, shipped_folder
 
@@ -188,11 +194,13 @@ def run_average(head_paths: list[str], out: str | None = None, save: str | None 
     and score the average next to each of them as :func:`run_joint` scores its rows (the dev sets, labelled by the
     ``dpr`` rule or judged by reading, and the New-Wiki test over the whole index); ``save`` receives the average
     with its fusion weight refitted on dev, ``out`` the result JSON."""
+    if dev not in ("dpr", "judged"):
+        raise ValueError(f"dev must be 'dpr' or 'judged', not {dev!r}")
     from ..core.head import QueryHead, average_heads
 
-    explorer, _, index, (_, devs, test) = open_sets(head_paths[0], None, "cleaner", dev)
-    heads = [explorer.head] + [QueryHead.load(p) for p in head_paths[1:]]
-    mean = average_heads(heads)  # the settings of every head checked equal: the first head's sets serve them all
+    heads = [QueryHead.load(p) for p in head_paths]
+    mean = average_heads(heads)  # the settings of every head checked equal (before anything large loads) …
+    explorer, _, index, (_, devs, test) = open_sets(head_paths[0], None, "cleaner", dev)  # … so one set serves all
     keys, usable, _ = pool_of(index)
     folder, rows, states = cache_dir() / "query_states", [], []
     for label, model in [*zip(map(display_path, head_paths), heads, strict=True),

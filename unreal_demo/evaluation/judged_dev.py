@@ -296,6 +296,7 @@ def joint_heads(start) -> list[tuple[str, object]]:
     from ..settings import cache_dir
 
     out = []
+    judged_train = sum(1 for q in load_judged("train")["questions"] if q["yes"])  # more: a judged-more run
     for ckpt in sorted((cache_dir() / "joint_runs").glob(f"{start.digest()[:12]}-*/checkpoint.pt")):
         state = torch.load(ckpt, weights_only=False)
         settings, names = state["settings"], [n for n, _ in state["settings"]["sets"]]
@@ -303,7 +304,10 @@ def joint_heads(start) -> list[tuple[str, object]]:
               if all("~" in n for n in names) else "1 in 4 visits without the positive" if "weights" in settings
               else "1 in 2 visits without the positive")
         judged_dev = any(":judged" in k for k in state["history"][0])  # its dev checks ran on the judged set
-        label = (f"joint ρ + α, {c0}{', judged positives' if any(':judged' in n for n in names) else ''}, "
+        judged = sum(size for n, size in settings["sets"] if n.endswith(":judged"))  # its natural train questions
+        positives = ("" if not judged else ", judged positives with the more side" if judged > judged_train
+                     else ", judged positives")
+        label = (f"joint ρ + α, {c0}{positives}, "
                  f"lr(ρ) {settings['lr_rho']:g}" + (f", distillation {settings['distil']:g}" if settings.get("distil")
                                                      else "")
                  + (f" toward score fusion (w {settings['teacher_fusion']:g})" if settings.get("teacher_fusion")

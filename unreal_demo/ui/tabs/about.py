@@ -140,7 +140,8 @@ def build_tab(loader: Loading) -> Ready:
                 gr.Plot(plots.dev_curve(log, n_dev), label="dev recall")
                 gr.Markdown("*What to look for:* dev R@1 (dev articles, never trained on) against question "
                             "visits; once the curve stays inside its bands, more of the same budget stops helping.")
-    choices = [PRECOMPUTED / name for name in ("head_choice.json", "head_choice_joint.json", "head_choice_seed1.json")]
+    choices = [PRECOMPUTED / name  # oldest first
+               for name in ("head_choice.json", "head_choice_joint.json", "head_choice_seed1.json")]
     if any(path.exists() for path in choices):
         with gr.Accordion("Which head ships: the heads on the head-choice dev split", open=False):
             gr.Markdown("The long-run head was chosen here over the first head; the α and joint heads, built on it, "
