@@ -172,7 +172,7 @@ def test_with_more_adds_the_more_side_s_judged_questions_to_their_source(monkeyp
 
 @pytest.mark.parametrize("positives, dev", [("judged-all", "dpr"), ("judged", "read")])
 def test_open_sets_refuses_unknown_positives_or_dev_before_loading_anything(positives, dev):
-    from unreal_demo.evaluation.joint_run import open_sets
+    from unreal_demo.evaluation.adapter_run import open_sets
 
     with pytest.raises(ValueError, match="positives must be one of cleaner, judged, judged-more"):
         open_sets("no/such/head.json", None, positives, dev)

@@ -37,6 +37,7 @@ from ..core.state_training import (
 )
 from ..data.natural import distant_positives, load_natural, question_split
 from ..data.sources import article_split
+from ..errors import InputError
 from ..settings import display_path
 from .retrieval import sample_questions
 
@@ -138,6 +139,49 @@ def cached_sets(index, n_context: int, folder) -> tuple[list[TextSet], list[Text
     path.write_text(json.dumps({"train": [asdict(q) for q in trains], "dev": [asdict(q) for q in devs],
                                 "test": asdict(test)}))
     return trains, devs, test
+
+
+POSITIVES = {"cleaner": "the dpr rule's positives at BM25 rank ≤ 3", "judged": "judged positives",
+             "judged-more": "judged positives with the more side"}  # the natural train sets' positives
+
+
+def open_sets(head_path: str, n_context: int | None, positives: str, dev: str) -> tuple:
+    """(the :class:`pipeline.Explorer` of ``head_path``, its head reading ``n_context`` passages (default: its
+    own |C0|), the shipped index, (train sets, dev sets, New-Wiki test)) of the adapter experiment, with the judged
+    sets in place where ``positives`` (:data:`POSITIVES`) and ``dev`` (``dpr`` or ``judged``) ask for them.
+
+    Raises
+    ------
+    ValueError
+        An unknown ``positives`` or ``dev``.
+    InputError
+        ``judged-more`` without the judged more side (``precomputed/judged/more.json.gz``).
+    """
+    if positives not in POSITIVES or dev not in ("dpr", "judged"):
+        raise ValueError(f"positives must be one of {', '.join(POSITIVES)} and dev 'dpr' or 'judged', not "
+                         f"{positives!r}, {dev!r}")
+    from .judged_dev import judged_path, with_judged, with_more
+
+    if positives == "judged-more" and not judged_path("more").exists():
+        raise InputError(f"no judged more side ({display_path(judged_path('more'))}): run `adapter --judged "
+                         "candidates --side more`, read the candidates and `--judged collect --side more` first")
+    from ..pipeline import Explorer
+    from ..settings import cache_dir
+    from ..store.index import Index, shipped_folder
+
+    explorer = Explorer.load(head=head_path, require_head=True)
+    head = explorer.head
+    if n_context is not None and n_context != head.config.n_context:
+        head = with_context(head, n_context)
+    index = Index(shipped_folder(explorer))
+    trains, devs, test = cached_sets(index, head.config.n_context, cache_dir() / "adapter_sets")
+    if positives != "cleaner":
+        trains = with_judged("train", trains)[0]
+    if positives == "judged-more":
+        trains = with_more(trains, index, head.config.n_context)
+    if dev == "judged":
+        devs = with_judged("dev", devs)[0]
+    return explorer, head, index, (trains, devs, test)
 
 
 def more_train_sets(index, n_context: int, folder) -> list[TextSet]:
@@ -356,17 +400,10 @@ def run(head_path: str, n_context: int | None = None, labels: list[str] | None =
     dev columns and the saved head's fusion weight follow it."""
 
     from ..core.cpu import status_line
-    from ..pipeline import Explorer
     from ..settings import cache_dir
-    from ..store.index import Index, shipped_folder
     from .results import write_result
 
-    explorer = Explorer.load(head=head_path, require_head=True)
-    head = explorer.head
-    if n_context is not None and n_context != head.config.n_context:
-        head = with_context(head, n_context)
-    index = Index(shipped_folder(explorer))
-    trains, devs, test = cached_sets(index, head.config.n_context, cache_dir() / "adapter_sets")
+    explorer, head, index, (trains, devs, test) = open_sets(head_path, n_context, "cleaner", "dpr")
     folder = cache_dir() / "query_states"
     train_s, dev_s = cache_sets(head, explorer.backbone, trains, folder), cache_sets(head, explorer.backbone, devs,
                                                                                       folder)

@@ -19,11 +19,10 @@ import dataclasses
 import torch
 
 from ..core.cpu import status_line
-from ..core.head import QueryHead
+from ..core.head import HeadError, QueryHead
 from ..core.state_training import StateSet
 from ..settings import cache_dir, display_path
-from .adapter_run import cache_sets, local, pool_of, score_row
-from .joint_run import open_sets
+from .adapter_run import cache_sets, local, open_sets, pool_of, score_row
 from .results import write_result
 
 
@@ -63,10 +62,17 @@ def pool_groups(states: torch.Tensor, n_groups: int) -> torch.Tensor:
 def run(head_path: str, groups: list[int], out: str | None = None) -> dict:
     """Score ``head_path`` with each G of ``groups`` (every one a divisor of its R) on the judged dev sets and the
     New-Wiki test; rows as the joint runs' (:func:`adapter_run.score_row`) plus the dev mean R@10 and the number
-    of query vectors; the result carries its table."""
+    of query vectors; the result carries its table.
+
+    Raises
+    ------
+    HeadError
+        A bad head file, or a G that does not divide its R (before the model loads).
+    """
+    n_ret = QueryHead.load(head_path).config.n_ret
+    if bad := [g for g in groups if n_ret % g]:
+        raise HeadError(f"--groups-check: G = {bad[0]} does not divide the head's R = {n_ret} retrieval tokens")
     explorer, head, index, (_, devs, test) = open_sets(head_path, None, "cleaner", "judged")
-    for g in groups:
-        regrouped(head, g)  # refuse a G that does not divide R before any LLM pass
     fine = regrouped(head, head.config.n_ret)  # one group per retrieval token: every G pools from these
     folder = cache_dir() / "query_states"
     dev_s = cache_sets(fine, explorer.backbone, devs, folder)

@@ -24,69 +24,29 @@ from ..core.cpu import status_line
 from ..core.joint_training import JointConfig, TextSet, fit_joint, lexical_scale, settings_of
 from ..core.maxsim import maxsim_reference
 from ..core.state_training import StateSet, mine
-from ..errors import InputError
 from ..settings import cache_dir, display_path
 from .adapter_run import (
     NATURAL_SETS,
+    POSITIVES,
     cache_sets,
-    cached_sets,
     clean_ids,
     fit_fusion_on_dev,
     grid_markdown,
     local,
+    open_sets,
     pool_of,
     positions,
     score_row,
     usable_pool,
-    with_context,
     without_positive_c0,
 )
-from .judged_dev import judged_digest, judged_path, with_judged, with_more
+from .judged_dev import judged_digest
 from .results import write_result
 
 DEPTH = 3  # the cleaner positives' BM25 depth (the grid's best row)
-POSITIVES = {"cleaner": "the dpr rule's positives at BM25 rank ≤ 3", "judged": "judged positives",
-             "judged-more": "judged positives with the more side"}
 TRAIN_C0 = {"bm25": "C0 = BM25's top chunks", "without-positive": "C0 without the positive",
             "half": "half the visits with C0 without the positive",
             "quarter": "a quarter of the visits with C0 without the positive"}
-
-
-def open_sets(head_path: str, n_context: int | None, positives: str, dev: str) -> tuple:
-    """(the :class:`pipeline.Explorer` of ``head_path``, its head reading ``n_context`` passages (default: its
-    own |C0|), the shipped index, (train sets, dev sets, New-Wiki test)) of the adapter experiment, with the judged
-    sets in place where ``positives`` (:data:`POSITIVES`) and ``dev`` (``dpr`` or ``judged``) ask for them.
-
-    Raises
-    ------
-    ValueError
-        An unknown ``positives`` or ``dev``.
-    InputError
-        ``judged-more`` without the judged more side (``precomputed/judged/more.json.gz``).
-    """
-    if positives not in POSITIVES or dev not in ("dpr", "judged"):
-        raise ValueError(f"positives must be one of {', '.join(POSITIVES)} and dev 'dpr' or 'judged', not "
-                         f"{positives!r}, {dev!r}")
-    if positives == "judged-more" and not judged_path("more").exists():
-        raise InputError(f"no judged more side ({display_path(judged_path('more'))}): run `adapter --judged "
-                         "candidates --side more`, read the candidates and `--judged collect --side more` first")
-    from ..pipeline import Explorer
-    from ..store.index import Index, shipped_folder
-
-    explorer = Explorer.load(head=head_path, require_head=True)
-    head = explorer.head
-    if n_context is not None and n_context != head.config.n_context:
-        head = with_context(head, n_context)
-    index = Index(shipped_folder(explorer))
-    trains, devs, test = cached_sets(index, head.config.n_context, cache_dir() / "adapter_sets")
-    if positives != "cleaner" or dev == "judged":
-        if positives != "cleaner":
-            trains = with_judged("train", trains)[0]
-        if positives == "judged-more":
-            trains = with_more(trains, index, head.config.n_context)
-        if dev == "judged":
-            devs = with_judged("dev", devs)[0]
-    return explorer, head, index, (trains, devs, test)
 
 
 def run_joint(head_path: str, cfg: JointConfig, out: str | None = None, save: str | None = None,

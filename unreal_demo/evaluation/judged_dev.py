@@ -40,9 +40,6 @@ SCORED = (*HEADS, "smollm2-135m-mix-joint", "smollm2-135m-mix-joint-seed1")
 JOINT_START = "smollm2-135m-mix-alpha"  # the head whose joint fine-tunes on this machine are scored too
 
 
-SIDES = ("dev", "train", "more")  # the grid's dev and train questions; "more": the train questions it left out
-
-
 def judged_path(side: str = "dev") -> Path:
     """Where the judged ``side`` is kept: ``precomputed/judged/{dev,train,more}.json.gz``."""
     return PRECOMPUTED / "judged" / f"{side}.json.gz"
