@@ -209,8 +209,9 @@ def _adapter(args: argparse.Namespace) -> None:
     if args.n_context is not None and not 0 <= args.n_context <= 16:
         raise UserError(f"--n-context is |C0|, from 0 to 16 passages, not {args.n_context}")
     if not args.joint and (args.positives != "cleaner" or args.distil or args.teacher_fusion is not None
-                           or args.seed):
-        raise UserError("--positives, --distil, --teacher-fusion and --seed belong to --joint runs")
+                           or args.seed or args.groups is not None or args.adapter_rank is not None):
+        raise UserError("--positives, --distil, --teacher-fusion, --seed, --groups and --adapter-rank belong to "
+                        "--joint runs")
     if args.judged and (args.joint or args.centring_check or args.dev != "dpr"):
         raise UserError("--judged runs alone: not with --joint, --centring-check or --dev")
     if args.groups_check is not None:
@@ -252,8 +253,13 @@ def _adapter(args: argparse.Namespace) -> None:
                           r10_within=args.r10_within, distil=args.distil, teacher_fusion=args.teacher_fusion,
                           seed=args.seed,
                           **({} if args.patience is None else {"patience": args.patience}))
+        widen = {k: v for k, v in (("n_groups", args.groups), ("adapter_rank", args.adapter_rank)) if v is not None}
+        if widen:  # a G or rank the head cannot take: refused before the model loads
+            from .core.head import QueryHead
+
+            QueryHead.load(head).reshaped(**widen)
         result = run_joint(head, cfg, args.out, args.save, train_c0=args.train_c0, keep=args.keep,
-                           n_context=args.n_context, positives=args.positives, dev=args.dev)
+                           n_context=args.n_context, positives=args.positives, dev=args.dev, widen=widen)
         print(result["markdown"])
         return
     if args.judged:
@@ -706,6 +712,12 @@ def build_parser() -> argparse.ArgumentParser:
                     "head alone on the SQuAD-style questions")
     ad.add_argument("--seed", type=int, default=0,
                     help="--joint: seed of the batches and sampled negatives (the dev sample stays the same)")
+    ad.add_argument("--groups", type=int, default=None, metavar="G",
+                    help="--joint: start from --head with its R retrieval tokens cut into G query vectors (a divisor "
+                    "of R; more vectors cost G / 4 times today's scan)")
+    ad.add_argument("--adapter-rank", dest="adapter_rank", type=int, default=None, metavar="R",
+                    help="--joint: start from --head with a new query adapter of rank R (the identity at first; "
+                    "the model's hidden size d for a full d × d map) and train it with ρ and α")
     ad.add_argument("--lr-rho", dest="lr_rho", type=float, default=5e-4, help="--joint: learning rate of ρ")
     ad.add_argument("--lr", type=float, default=5e-4, help="--joint: learning rate of α and the adapter")
     ad.set_defaults(func=_adapter)

@@ -110,3 +110,31 @@ class TestAverage:
             average_heads([untrained_head(tiny), untrained_head(tiny, n_context=5)])
         with pytest.raises(HeadError, match="at least two"):
             average_heads([untrained_head(tiny)])
+
+
+class TestReshaped:
+    """:meth:`QueryHead.reshaped`: the same trained values under another |C0|, G or a new adapter."""
+
+    def test_a_new_adapter_scores_as_none_until_trained(self, tiny):
+        head = untrained_head(tiny, n_ret=8, n_groups=4)
+        wide = head.reshaped(adapter_rank=3)
+        assert wide.n_params() == head.n_params() + 2 * 3 * head.config.hidden_size  # U and V, d × r each
+        queries, contexts = ["who wrote it?", "when?"], [["a passage"], []]
+        assert torch.equal(head(tiny, queries, contexts), wide(tiny, queries, contexts))
+
+    def test_more_groups_pool_fewer_tokens_each(self, tiny):
+        head = untrained_head(tiny, n_ret=8, n_groups=2)
+        fine = head.reshaped(n_groups=8)
+        assert torch.equal(fine.rho, head.rho) and torch.equal(fine.alpha, head.alpha)
+        queries, contexts = ["who wrote it?"], [["a passage"]]
+        fine_groups, coarse = fine.layer_groups(tiny, queries, contexts), head.layer_groups(tiny, queries, contexts)
+        assert fine_groups.shape[2] == 8 and coarse.shape[2] == 2  # (B, |α|, G, d)
+        assert torch.allclose(fine_groups.reshape(1, -1, 2, 4, fine_groups.shape[-1]).mean(3), coarse, atol=1e-5)
+
+    def test_what_the_values_cannot_carry_is_refused(self, tiny):
+        head = untrained_head(tiny, n_ret=8, n_groups=4, adapter_rank=2)
+        with pytest.raises(HeadError, match="cannot become r = 4"):
+            head.reshaped(adapter_rank=4)
+        with pytest.raises(HeadError, match="multiple of G"):
+            head.reshaped(n_groups=3)
+        assert head.reshaped(n_context=5).adapter_matrix().equal(head.adapter_matrix())

@@ -26,7 +26,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import torch
@@ -293,6 +293,31 @@ class QueryHead(nn.Module):
         q = torch.einsum("l,blrd->brd", self.alpha.to(stacked.device), stacked)  # (B, R, d)
         q = q.reshape(q.shape[0], c.n_groups, c.n_ret // c.n_groups, -1).mean(2)  # (B, G, d)
         return self.adapt(q)
+
+    def reshaped(self, **changes) -> QueryHead:
+        """A copy of this head with :class:`HeadConfig` fields changed and the same trained values: another |C0|
+        (``n_context``), its R retrieval tokens cut into another number of query vectors (``n_groups``), or a new
+        query adapter (``adapter_rank``, the identity at first) on a head that has none.
+
+        Raises
+        ------
+        HeadError
+            A changed field the trained values cannot carry (a G that does not divide R, another adapter rank on
+            a head that has an adapter, …).
+
+        Examples
+        --------
+        >>> head = QueryHead(HeadConfig(model="tiny", hidden_size=4, n_layers=2, chunk_layer=1, n_ret=4, n_groups=2))
+        >>> wide = head.reshaped(n_groups=4, adapter_rank=2)
+        >>> wide.config.n_groups, torch.equal(wide.rho, head.rho), torch.equal(wide.adapter_matrix(), torch.eye(4))
+        (4, True, True)
+        """
+        rank = changes.get("adapter_rank", self.config.adapter_rank)
+        if self.config.adapter_rank and rank != self.config.adapter_rank:
+            raise HeadError(f"the head has an r = {self.config.adapter_rank} adapter: it cannot become r = {rank}")
+        out = QueryHead(replace(self.config, **changes))
+        out.load_state_dict(self.state_dict(), strict=not rank or bool(self.config.adapter_rank))  # a new adapter
+        return out.train(self.training)  # keeps its identity initialisation
 
     def save(self, path: str | Path) -> None:
         """Write ``path.safetensors`` and ``path.json``."""

@@ -172,7 +172,7 @@ def open_sets(head_path: str, n_context: int | None, positives: str, dev: str) -
     explorer = Explorer.load(head=head_path, require_head=True)
     head = explorer.head
     if n_context is not None and n_context != head.config.n_context:
-        head = with_context(head, n_context)
+        head = head.reshaped(n_context=n_context)
     index = Index(shipped_folder(explorer))
     trains, devs, test = cached_sets(index, head.config.n_context, cache_dir() / "adapter_sets")
     if positives != "cleaner":
@@ -532,15 +532,6 @@ def clean_ids(index, usable: torch.Tensor, q: TextSet, depth: int) -> list[int]:
     return [i for i, (t, p) in enumerate(zip(top, q.positives, strict=True)) if set(t) & set(p)]
 
 
-def with_context(head, n_context: int):
-    """A copy of ``head`` that reads ``n_context`` C0 chunks (same trained weights)."""
-    from ..core.head import HeadConfig, QueryHead
-
-    new = QueryHead(HeadConfig(**(asdict(head.config) | {"n_context": n_context})))
-    new.load_state_dict(head.state_dict())
-    return new
-
-
 C0_SOURCES = ("BM25 top-|C0| (the paper's; shipped)", "none (|C0| = 0)", "the head's own first pass, top-|C0|",
               "dense MiniLM top-|C0| (a second model)", "gold chunk + BM25 top-1 (upper bound)", "BM25 top-5")
 
@@ -565,7 +556,7 @@ def c0_ablation(head, backbone, index, sets: list[TextSet], usable: list[torch.T
         def texts(rows_: list[list[int]], k: int) -> list[list[str]]:
             return [[chunks[j]["text"] for j in r[:k]] for r in rows_]
 
-        none = with_context(head, 0)
+        none = head.reshaped(n_context=0)
         g0 = cache_layer_groups(none, backbone, s.texts, [[] for _ in s.texts], folder)
         first = scores(none, g0, keys_s).topk(n, dim=1).indices.tolist()
         dn = embed(s.texts) @ _dense_vectors(index).T
@@ -576,7 +567,7 @@ def c0_ablation(head, backbone, index, sets: list[TextSet], usable: list[torch.T
             C0_SOURCES[3]: (head, texts(dn.topk(n, dim=1).indices.tolist(), n)),
             C0_SOURCES[4]: (head, [[chunks[p[0]]["text"], *[chunks[j]["text"] for j in r if j not in p][:n - 1]]
                                    for p, r in zip(s.positives, bm_top, strict=True)]),
-            C0_SOURCES[5]: (with_context(head, 5), texts(bm_top, 5)),
+            C0_SOURCES[5]: (head.reshaped(n_context=5), texts(bm_top, 5)),
         }
         results = {C0_SOURCES[1]: recall_from_scores(scores(none, g0, keys_s), positives)}
         for name, (h, ctx) in contexts.items():

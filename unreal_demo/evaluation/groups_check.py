@@ -14,8 +14,6 @@ index, exactly as the joint runs' rows (:func:`adapter_run.score_row`).
 
 from __future__ import annotations
 
-import dataclasses
-
 import torch
 
 from ..core.cpu import status_line
@@ -24,27 +22,6 @@ from ..core.state_training import StateSet
 from ..settings import cache_dir, display_path
 from .adapter_run import cache_sets, local, open_sets, pool_of, score_row
 from .results import write_result
-
-
-def regrouped(head: QueryHead, n_groups: int) -> QueryHead:
-    """``head`` with its R retrieval tokens cut into ``n_groups`` groups: the same ρ, α (and adapter).
-
-    Raises
-    ------
-    HeadError
-        ``n_groups`` does not divide R.
-
-    Examples
-    --------
-    >>> from unreal_demo.core.head import HeadConfig
-    >>> head = QueryHead(HeadConfig(model="tiny", hidden_size=4, n_layers=2, chunk_layer=1, n_ret=4, n_groups=2))
-    >>> g4 = regrouped(head, 4)
-    >>> g4.config.n_groups, torch.equal(g4.rho, head.rho), torch.equal(g4.alpha, head.alpha)
-    (4, True, True)
-    """
-    out = QueryHead(dataclasses.replace(head.config, n_groups=n_groups))
-    out.load_state_dict(head.state_dict())
-    return out.eval()
 
 
 def pool_groups(states: torch.Tensor, n_groups: int) -> torch.Tensor:
@@ -73,14 +50,14 @@ def run(head_path: str, groups: list[int], out: str | None = None) -> dict:
     if bad := [g for g in groups if n_ret % g]:
         raise HeadError(f"--groups-check: G = {bad[0]} does not divide the head's R = {n_ret} retrieval tokens")
     explorer, head, index, (_, devs, test) = open_sets(head_path, None, "cleaner", "judged")
-    fine = regrouped(head, head.config.n_ret)  # one group per retrieval token: every G pools from these
+    fine = head.reshaped(n_groups=head.config.n_ret)  # one group per retrieval token: every G pools from these
     folder = cache_dir() / "query_states"
     dev_s = cache_sets(fine, explorer.backbone, devs, folder)
     (test_s,) = cache_sets(fine, explorer.backbone, [test], folder)
     keys, usable, _ = pool_of(index)
     rows = []
     for g in groups:
-        model = regrouped(head, g)
+        model = head.reshaped(n_groups=g)
         dev_g = [StateSet(s.name, pool_groups(s.groups.float(), g), s.positives) for s in dev_s]
         test_g = StateSet(test_s.name, pool_groups(test_s.groups.float(), g), test_s.positives)
         row = score_row(f"G = {g}" + (" (as trained)" if g == head.config.n_groups else ""), model,

@@ -51,7 +51,7 @@ TRAIN_C0 = {"bm25": "C0 = BM25's top chunks", "without-positive": "C0 without th
 
 def run_joint(head_path: str, cfg: JointConfig, out: str | None = None, save: str | None = None,
               log=print, train_c0: str = "bm25", keep: str = "best", n_context: int | None = None,
-              positives: str = "cleaner", dev: str = "dpr") -> dict:
+              positives: str = "cleaner", dev: str = "dpr", widen: dict | None = None) -> dict:
     """Train (or resume) the joint fine-tune from ``head_path`` and score it; the best head so far sits in the run
     folder (``<cache>/joint_runs/…/best``) while it trains; ``save`` receives the best head with its fusion weight
     refitted on dev (none when no dev check beat step 0), ``out`` the result JSON. ``train_c0``: each training
@@ -60,14 +60,18 @@ def run_joint(head_path: str, cfg: JointConfig, out: str | None = None, save: st
     (``"half"``: half the visits; ``"quarter"``: a quarter); dev and test keep BM25's top chunks, as a search
     has them. ``keep``: score and save the best dev check's state (``"best"``) or the last step's (``"last"``,
     written even when the best is step 0). ``n_context``: |C0| to train and score with (default: the head's); the
-    starting row reads that many passages with the starting head's weights (:func:`adapter_run.with_context`).
+    starting row reads that many passages with the starting head's weights (:meth:`core.head.QueryHead.reshaped`).
     ``positives``: the natural training questions' positives — ``cleaner`` (the ``dpr`` rule's, BM25 rank ≤ 3),
     ``judged`` (the chunks read as answering them; :mod:`judged_dev`) or ``judged-more`` (those and the judged
     questions the grid's sample left out, :func:`judged_dev.with_more`); ``dev``: the natural dev sets labelled
-    by the ``dpr`` rule or judged by reading (the checks and the final rows)."""
+    by the ``dpr`` rule or judged by reading (the checks and the final rows). ``widen``: a wider query side to start
+    from, :meth:`core.head.QueryHead.reshaped`'s fields — ``n_groups`` (its R retrieval tokens cut into more query
+    vectors) and ``adapter_rank`` (a new query adapter, the identity at first) — so the starting row is the head
+    as given, widened."""
     if train_c0 not in TRAIN_C0:
         raise ValueError(f"train_c0 must be one of {', '.join(TRAIN_C0)}, not {train_c0!r}")
     explorer, head, index, (trains, devs, test) = open_sets(head_path, n_context, positives, dev)
+    head = head.reshaped(**widen) if widen else head
     backbone = explorer.backbone
     folder = cache_dir() / "query_states"
     weights = None
@@ -98,7 +102,8 @@ def run_joint(head_path: str, cfg: JointConfig, out: str | None = None, save: st
         hard.append(mine(head, StateSet(name, c.groups[ids], []), pool, cfg.mined))
     dev_t = [texts(q, list(range(len(q.texts))), q.name) for q in devs]
     named = (({"c0": TRAIN_C0[train_c0]} if train_c0 != "bm25" else {})
-             | ({"positives": positives} if positives != "cleaner" else {}) | ({"dev": dev} if dev != "dpr" else {})
+             | ({"positives": positives} if positives != "cleaner" else {}) | ({"widen": widen} if widen else {})
+             | ({"dev": dev} if dev != "dpr" else {})
              | ({"judged": judged_digest(("dev", "train", "more") if positives == "judged-more" else ("dev", "train"))}
                 if positives != "cleaner" or dev == "judged" else {}))  # the verdicts it was built on
     settings = hashlib.sha1(json.dumps(settings_of(cfg) | {"steps": None} | named,
@@ -122,8 +127,9 @@ def run_joint(head_path: str, cfg: JointConfig, out: str | None = None, save: st
     (new_test,) = cache_sets(model, backbone, [test], folder)
     rank = head.config.adapter_rank
     trained = f"ρ, α and the r = {rank} adapter" if rank else "ρ and α"
-    start = f"starting head ({f'r = {rank} adapter' if rank else 'no adapter'}, ρ as given)"
-    tuned = (f"joint fine-tune of {trained}" + (f", {TRAIN_C0[train_c0]}" if train_c0 != "bm25" else "")
+    cut = f", G = {head.config.n_groups}" if widen and "n_groups" in widen else ""
+    start = f"starting head ({f'r = {rank} adapter' if rank else 'no adapter'}, ρ as given{cut})"
+    tuned = (f"joint fine-tune of {trained}{cut}" + (f", {TRAIN_C0[train_c0]}" if train_c0 != "bm25" else "")
              + (f", {POSITIVES[positives]}" if positives != "cleaner" else "")
              + (f", distillation {cfg.distil:g} toward the start" + (" on SQuAD-style questions"
                 if cfg.teacher_fusion is None else f"'s score fusion with BM25 (w {cfg.teacher_fusion:g})")
@@ -136,7 +142,7 @@ def run_joint(head_path: str, cfg: JointConfig, out: str | None = None, save: st
                                        "steps run": history[-1]["step"], "seconds this call": seconds,
                                        "log": history})]
     result = {"head": display_path(head_path), "n_context": head.config.n_context,
-              "train C0": TRAIN_C0[train_c0], "positives": positives, "dev": dev,
+              "train C0": TRAIN_C0[train_c0], "positives": positives, "dev": dev, "widen": widen or {},
               "train sets": {t.name: len(t.texts) for t in train_t}, "dev sets": {t.name: len(t.texts) for t in dev_t},
               "new_wiki test": len(test.texts), "rows": rows, "markdown": grid_markdown(rows)}
     result = write_result(result | {"cpu": status_line()}, out, explorer)  # with its provenance
