@@ -304,10 +304,11 @@ def _judged_dev(args: argparse.Namespace) -> None:
         except ValueError as e:
             raise InputError(str(e)) from e
         print(f"{len(judged['questions'])} questions judged → {display_path(judged_dev.judged_path(args.side))}")
-    elif args.side != "dev":
-        raise UserError("score: the judged set is scored on its dev side only (--side dev)")
+    elif args.side == "train":
+        raise UserError("score: the judged set is scored on its dev side or on the more side (held out from every "
+                        "head but a judged-more run), not on the train side the heads learnt from")
     else:
-        result = judged_dev.run(args.out)
+        result = judged_dev.run(args.out, args.side)
         for row in result["reference"] + result["rows"]:
             print(f"{row['variant']}: " + ", ".join(f"{k} {v}" for k, v in row.items() if k != "variant"))
 

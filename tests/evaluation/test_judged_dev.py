@@ -133,6 +133,7 @@ def test_collect_names_the_bad_line(tmp_path, line, message):
     (["adapter", "--joint", "--teacher-fusion", "0.7"], "needs --distil"),
     (["adapter", "--joint", "--distil", "3", "--teacher-fusion", "1.5"], "from 0 to 1"),
     (["adapter", "--judged", "score", "--joint"], "--judged runs alone"),
+    (["adapter", "--judged", "score", "--side", "train"], "not on the train side"),
     (["adapter", "--judged", "collect"], "needs --verdicts"),
     (["adapter", "--average", "a.json"], "two or more"),
     (["adapter", "--average", "a.json,b.json", "--joint"], "runs alone"),

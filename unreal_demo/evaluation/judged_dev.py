@@ -22,6 +22,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -36,7 +37,7 @@ DEPTH = 10  # each retriever's top DEPTH chunks are read for an answer alias
 # precomputed/heads/…: the heads whose top 10 made the candidates (fixed: the verdicts are on their chunks) …
 HEADS = ("smollm2-135m-mix", "smollm2-135m-mix-alpha", "smollm2-135m-mix-adapter")
 # … and every shipped head, scored on the judged set
-SCORED = (*HEADS, "smollm2-135m-mix-joint", "smollm2-135m-mix-joint-seed1")
+SCORED = (*HEADS, "smollm2-135m-mix-joint", "smollm2-135m-mix-joint-seed1", "smollm2-135m-mix-joint-r64")
 JOINT_START = "smollm2-135m-mix-alpha"  # the head whose joint fine-tunes on this machine are scored too
 
 
@@ -317,10 +318,17 @@ def joint_heads(start) -> list[tuple[str, object]]:
     return out
 
 
-def run(out: str | None = None) -> dict:
+def run(out: str | None = None, side: str = "dev") -> dict:
     """Score BM25, dense MiniLM, the shipped heads (and the default head's two hybrids), every finished grid variant
-    and every joint run kept on this machine (:func:`joint_heads`) on the judged dev set (positives: ``yes``;
-    lenient: ``yes`` or ``partial``); the result carries its table (:func:`markdown`)."""
+    and every joint run kept on this machine (:func:`joint_heads`) on the judged ``side`` (positives: ``yes``;
+    lenient: ``yes`` or ``partial``); the result carries its table (:func:`markdown`).
+
+    ``side="more"`` scores the judged train questions the grid's sample left out (:func:`adapter_run.more_train_sets`)
+    instead of the dev set: no head but a ``judged-more`` joint run trained on them (left out here), so for every
+    other head they are held-out natural questions, three times the dev set's; only their questions with a ``yes``
+    chunk are encoded."""
+    if side not in ("dev", "more"):
+        raise ValueError(f"side must be 'dev' or 'more', not {side!r}")
     from ..core.cpu import status_line
     from ..core.head import QueryHead
     from ..core.minilm import embed
@@ -329,9 +337,14 @@ def run(out: str | None = None) -> dict:
     from .centring_check import grid_heads
     from .results import write_result
 
-    judged = load_judged("dev")
+    judged = load_judged(side)
     explorer, index = _open()
-    devs = natural_sets(index, explorer.head.config.n_context, "dev")
+    devs = natural_sets(index, explorer.head.config.n_context, side)
+    if side == "more":  # only its questions with a yes chunk (a third of the side) are encoded
+        yes = {q["id"] for q in judged["questions"] if q["yes"]}
+        keep = [[i for i, x in enumerate(q) if x.id in yes] for q in natural_questions(devs)]
+        devs = [replace(d, texts=[d.texts[i] for i in k], contexts=[d.contexts[i] for i in k],
+                        positives=[d.positives[i] for i in k]) for d, k in zip(devs, keep, strict=True)]
     folder = cache_dir() / "query_states"
     keys, usable, _ = pool_of(index)
     pool = torch.nonzero(usable).squeeze(1)
@@ -371,6 +384,8 @@ def run(out: str | None = None) -> dict:
     reference.append(row(f"{default_name} + BM25, RRF (k = 60)", [rrf_matrix(u, b) for u, b in zip(unreal, bm25,
                                                                                                    strict=True)]))
     for label, h in joint_heads(shipped[JOINT_START]):
+        if side == "more" and "with the more side" in label:  # trained on these questions
+            continue
         rows.append(row(label, [scores(h, s.groups, keys) for s in own_states(h)]))
     verdicts = {q["id"]: q for q in judged["questions"]}
     dpr = {d.name: {k: sum(d.positives[i][0] in verdicts[x.id][k] for i, x in enumerate(q))
@@ -378,7 +393,8 @@ def run(out: str | None = None) -> dict:
     result = {"dpr positive judged": dpr,
               "judged": {n: len(k) for n, k in zip(names, kept, strict=True)},
               "lenient": {n: len(judged_positives(q, lenient, usable)[0]) for n, q in zip(names, qs, strict=True)},
-              "questions": len(judged["questions"]), "rows": rows, "reference": reference, "cpu": status_line()}
+              "side": side, "questions": len(judged["questions"]), "rows": rows, "reference": reference,
+              "cpu": status_line()}
     result["markdown"] = markdown(result)
     return write_result(result, out, explorer)
 
