@@ -253,11 +253,15 @@ def _adapter(args: argparse.Namespace) -> None:
                           r10_within=args.r10_within, distil=args.distil, teacher_fusion=args.teacher_fusion,
                           seed=args.seed,
                           **({} if args.patience is None else {"patience": args.patience}))
+        if (args.groups is not None and args.groups < 1) or (args.adapter_rank is not None and args.adapter_rank < 1):
+            raise UserError("--groups and --adapter-rank must be at least 1")
         widen = {k: v for k, v in (("n_groups", args.groups), ("adapter_rank", args.adapter_rank)) if v is not None}
-        if widen:  # a G or rank the head cannot take: refused before the model loads
+        if widen:  # a G or rank the head cannot take: refused before the model loads; one it has: no change
             from .core.head import QueryHead
 
-            QueryHead.load(head).reshaped(**widen)
+            start = QueryHead.load(head)
+            start.reshaped(**widen)
+            widen = {k: v for k, v in widen.items() if v != getattr(start.config, k)}
         result = run_joint(head, cfg, args.out, args.save, train_c0=args.train_c0, keep=args.keep,
                            n_context=args.n_context, positives=args.positives, dev=args.dev, widen=widen)
         print(result["markdown"])
@@ -680,7 +684,8 @@ def build_parser() -> argparse.ArgumentParser:
     ad.add_argument("--judged", choices=("candidates", "collect", "score"), default=None,
                     help="instead of the grid: natural questions judged by reading — write the candidate chunks to "
                     "read, collect the read verdicts into precomputed/judged/SIDE.json.gz, or score every head on "
-                    "the judged dev set")
+                    "the judged dev set (--side more: on the judged train questions the grid's sample left out, held "
+                    "out from every head but a judged-more run)")
     ad.add_argument("--side", choices=("dev", "train", "more"), default="dev",
                     help="--judged: which questions (more: the train questions the grid's sample left out)")
     ad.add_argument("--positives", choices=("cleaner", "judged", "judged-more"), default="cleaner",

@@ -138,3 +138,12 @@ class TestReshaped:
         with pytest.raises(HeadError, match="multiple of G"):
             head.reshaped(n_groups=3)
         assert head.reshaped(n_context=5).adapter_matrix().equal(head.adapter_matrix())
+        with pytest.raises(HeadError, match="another n_ret"):
+            head.reshaped(n_ret=4)
+
+    def test_a_full_map_starts_as_the_identity(self, tiny):
+        head = untrained_head(tiny)
+        d = head.config.hidden_size
+        full = head.reshaped(adapter_rank=d)
+        assert full.n_params() == head.n_params() + d * d
+        assert torch.equal(full.adapter_matrix(), torch.eye(d))

@@ -130,6 +130,7 @@ def test_collect_names_the_bad_line(tmp_path, line, message):
     (["adapter", "--joint", "--groups", "5", "--head", "precomputed/heads/smollm2-135m-mix-joint-seed1/head.json"],
      "multiple of G=5"),
     (["adapter", "--joint", "--adapter-rank", "9999"], "outside 0..576"),
+    (["adapter", "--joint", "--groups", "0"], "at least 1"),
     (["adapter", "--joint", "--teacher-fusion", "0.7"], "needs --distil"),
     (["adapter", "--joint", "--distil", "3", "--teacher-fusion", "1.5"], "from 0 to 1"),
     (["adapter", "--judged", "score", "--joint"], "--judged runs alone"),

@@ -302,8 +302,8 @@ class QueryHead(nn.Module):
         Raises
         ------
         HeadError
-            A changed field the trained values cannot carry (a G that does not divide R, another adapter rank on
-            a head that has an adapter, …).
+            A field other than these three, or a value the trained values cannot carry (a G that does not divide
+            R, another adapter rank on a head that has an adapter).
 
         Examples
         --------
@@ -312,12 +312,15 @@ class QueryHead(nn.Module):
         >>> wide.config.n_groups, torch.equal(wide.rho, head.rho), torch.equal(wide.adapter_matrix(), torch.eye(4))
         (4, True, True)
         """
+        if unknown := sorted(set(changes) - {"n_context", "n_groups", "adapter_rank"}):
+            raise HeadError(f"a head's trained values cannot be reshaped to another {unknown[0]}")
         rank = changes.get("adapter_rank", self.config.adapter_rank)
         if self.config.adapter_rank and rank != self.config.adapter_rank:
             raise HeadError(f"the head has an r = {self.config.adapter_rank} adapter: it cannot become r = {rank}")
         out = QueryHead(replace(self.config, **changes))
-        out.load_state_dict(self.state_dict(), strict=not rank or bool(self.config.adapter_rank))  # a new adapter
-        return out.train(self.training)  # keeps its identity initialisation
+        missing, unexpected = out.load_state_dict(self.state_dict(), strict=False)  # a new adapter keeps its
+        assert not unexpected and all(k.startswith("adapter_") for k in missing)  # identity initialisation
+        return out.train(self.training)
 
     def save(self, path: str | Path) -> None:
         """Write ``path.safetensors`` and ``path.json``."""

@@ -15,6 +15,7 @@ head an unread alias chunk in its top 10 counts as a miss, and :func:`run` repor
     python -m unreal_demo adapter --judged candidates [--side train]  # <cache>/judged_dev/candidates*.jsonl
     python -m unreal_demo adapter --judged collect --verdicts V.jsonl ... --judged-by WHO [--side train]
     python -m unreal_demo adapter --judged score --out precomputed/judged_dev_recall.json
+    python -m unreal_demo adapter --judged score --side more --out precomputed/judged_more_recall.json
 """
 
 from __future__ import annotations
@@ -287,6 +288,18 @@ def _open():
     return explorer, Index(shipped_folder(explorer))
 
 
+def judged_questions(sets: list[tuple[str, int]]) -> int:
+    """How many judged natural questions a joint run trained on, from its checkpoint's (set name, size) pairs: a set
+    and its copy with C0 without the positive (``name~``) hold the same questions, and a run may train on the copy
+    alone; more than the judged train side's questions means it trained on the more side too.
+
+    >>> judged_questions([("nq:judged", 145), ("squad", 600), ("nq:judged~", 145), ("tqa:judged~", 392)])
+    537
+    """
+    sizes = {n.rstrip("~"): size for n, size in sets}
+    return sum(size for n, size in sizes.items() if n.endswith(":judged"))
+
+
 def joint_heads(start) -> list[tuple[str, object]]:
     """The last state of every joint fine-tune from ``start`` kept on this machine (``<cache>/joint_runs``), and its
     best dev check's state when that is neither step 0 nor the last step."""
@@ -302,7 +315,7 @@ def joint_heads(start) -> list[tuple[str, object]]:
               if all("~" in n for n in names) else "1 in 4 visits without the positive" if "weights" in settings
               else "1 in 2 visits without the positive")
         judged_dev = any(":judged" in k for k in state["history"][0])  # its dev checks ran on the judged set
-        judged = sum(size for n, size in settings["sets"] if n.endswith(":judged"))  # its natural train questions
+        judged = judged_questions(settings["sets"])
         positives = ("" if not judged else ", judged positives with the more side" if judged > judged_train
                      else ", judged positives")
         label = (f"joint ρ + α, {c0}{positives}, "
@@ -326,7 +339,8 @@ def run(out: str | None = None, side: str = "dev") -> dict:
     ``side="more"`` scores the judged train questions the grid's sample left out (:func:`adapter_run.more_train_sets`)
     instead of the dev set: no head but a ``judged-more`` joint run trained on them (left out here), so for every
     other head they are held-out natural questions, three times the dev set's; only their questions with a ``yes``
-    chunk are encoded."""
+    chunk are encoded, so there the lenient rows count ``partial`` chunks of those questions only (on dev they
+    also count the questions with a ``partial`` chunk alone)."""
     if side not in ("dev", "more"):
         raise ValueError(f"side must be 'dev' or 'more', not {side!r}")
     from ..core.cpu import status_line
