@@ -256,12 +256,6 @@ def _adapter(args: argparse.Namespace) -> None:
         if (args.groups is not None and args.groups < 1) or (args.adapter_rank is not None and args.adapter_rank < 1):
             raise UserError("--groups and --adapter-rank must be at least 1")
         widen = {k: v for k, v in (("n_groups", args.groups), ("adapter_rank", args.adapter_rank)) if v is not None}
-        if widen:  # a G or rank the head cannot take: refused before the model loads; one it has: no change
-            from .core.head import QueryHead
-
-            start = QueryHead.load(head)
-            start.reshaped(**widen)
-            widen = {k: v for k, v in widen.items() if v != getattr(start.config, k)}
         result = run_joint(head, cfg, args.out, args.save, train_c0=args.train_c0, keep=args.keep,
                            n_context=args.n_context, positives=args.positives, dev=args.dev, widen=widen)
         print(result["markdown"])

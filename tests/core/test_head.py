@@ -24,6 +24,9 @@ class TestShapes:
     def test_r_must_divide_by_g(self, tiny):
         with pytest.raises(HeadError):
             untrained_head(tiny, n_ret=6, n_groups=4)
+        for g in (0, -2):  # 6 % -2 == 0, but no head has a negative number of query vectors
+            with pytest.raises(HeadError, match="at least one query vector"):
+                untrained_head(tiny, n_ret=6, n_groups=g)
 
 
 @pytest.mark.parametrize("use_prompt", [True, False])

@@ -74,6 +74,8 @@ class HeadConfig:
     def __post_init__(self) -> None:
         if not self.readout_layers:
             self.readout_layers = list(range(1, self.n_layers + 1))
+        if self.n_groups < 1:
+            raise HeadError(f"G={self.n_groups}: a head needs at least one query vector")
         if self.n_ret % self.n_groups:
             raise HeadError(f"R={self.n_ret} must be a multiple of G={self.n_groups}")
         if not 1 <= self.chunk_layer <= self.n_layers:

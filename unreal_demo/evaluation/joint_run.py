@@ -21,6 +21,7 @@ from dataclasses import asdict
 import torch
 
 from ..core.cpu import status_line
+from ..core.head import QueryHead
 from ..core.joint_training import JointConfig, TextSet, fit_joint, lexical_scale, settings_of
 from ..core.maxsim import maxsim_reference
 from ..core.state_training import StateSet, mine
@@ -67,9 +68,18 @@ def run_joint(head_path: str, cfg: JointConfig, out: str | None = None, save: st
     by the ``dpr`` rule or judged by reading (the checks and the final rows). ``widen``: a wider query side to start
     from, :meth:`core.head.QueryHead.reshaped`'s fields — ``n_groups`` (its R retrieval tokens cut into more query
     vectors) and ``adapter_rank`` (a new query adapter, the identity at first) — so the starting row is the head
-    as given, widened."""
+    as given, widened.
+
+    Raises
+    ------
+    HeadError
+        A ``widen`` the head cannot take (before the model loads)."""
     if train_c0 not in TRAIN_C0:
         raise ValueError(f"train_c0 must be one of {', '.join(TRAIN_C0)}, not {train_c0!r}")
+    if widen:  # a G or rank the head cannot take: refused before the model loads; one it has: no change
+        start = QueryHead.load(head_path)
+        start.reshaped(**widen)
+        widen = {k: v for k, v in widen.items() if v != getattr(start.config, k)}
     explorer, head, index, (trains, devs, test) = open_sets(head_path, n_context, positives, dev)
     head = head.reshaped(**widen) if widen else head
     backbone = explorer.backbone
@@ -162,7 +172,7 @@ def run_average(head_paths: list[str], out: str | None = None, save: str | None 
     with its fusion weight refitted on dev, ``out`` the result JSON."""
     if dev not in ("dpr", "judged"):
         raise ValueError(f"dev must be 'dpr' or 'judged', not {dev!r}")
-    from ..core.head import QueryHead, average_heads
+    from ..core.head import average_heads
 
     heads = [QueryHead.load(p) for p in head_paths]
     mean = average_heads(heads)  # the settings of every head checked equal (before anything large loads) …

@@ -300,9 +300,10 @@ def judged_questions(sets: list[tuple[str, int]]) -> int:
     return sum(size for n, size in sizes.items() if n.endswith(":judged"))
 
 
-def joint_heads(start) -> list[tuple[str, object]]:
+def joint_heads(start, without_more: bool = False) -> list[tuple[str, object]]:
     """The last state of every joint fine-tune from ``start`` kept on this machine (``<cache>/joint_runs``), and its
-    best dev check's state when that is neither step 0 nor the last step."""
+    best dev check's state when that is neither step 0 nor the last step; ``without_more``: not the runs that
+    trained on the judged more side (:func:`judged_questions`)."""
     from ..core.head import QueryHead
     from ..settings import cache_dir
 
@@ -316,6 +317,8 @@ def joint_heads(start) -> list[tuple[str, object]]:
               else "1 in 2 visits without the positive")
         judged_dev = any(":judged" in k for k in state["history"][0])  # its dev checks ran on the judged set
         judged = judged_questions(settings["sets"])
+        if without_more and judged > judged_train:
+            continue
         positives = ("" if not judged else ", judged positives with the more side" if judged > judged_train
                      else ", judged positives")
         label = (f"joint ρ + α, {c0}{positives}, "
@@ -354,17 +357,18 @@ def run(out: str | None = None, side: str = "dev") -> dict:
     judged = load_judged(side)
     explorer, index = _open()
     devs = natural_sets(index, explorer.head.config.n_context, side)
+    qs, names = natural_questions(devs), [d.name for d in devs]
     if side == "more":  # only its questions with a yes chunk (a third of the side) are encoded
         yes = {q["id"] for q in judged["questions"] if q["yes"]}
-        keep = [[i for i, x in enumerate(q) if x.id in yes] for q in natural_questions(devs)]
+        keep = [[i for i, x in enumerate(q) if x.id in yes] for q in qs]
         devs = [replace(d, texts=[d.texts[i] for i in k], contexts=[d.contexts[i] for i in k],
                         positives=[d.positives[i] for i in k]) for d, k in zip(devs, keep, strict=True)]
+        qs = [[q[i] for i in k] for q, k in zip(qs, keep, strict=True)]
     folder = cache_dir() / "query_states"
     keys, usable, _ = pool_of(index)
     pool = torch.nonzero(usable).squeeze(1)
     keys, centred = keys[usable], centred_keys(index)[0][usable]
     lenient = judged | {"questions": [q | {"yes": q["yes"] + q["partial"]} for q in judged["questions"]]}
-    qs, names = natural_questions(devs), [d.name for d in devs]
     kept = [judged_positives(q, judged, usable)[0] for q in qs]
 
     def row(label: str, matrices: list[torch.Tensor]) -> dict:
@@ -397,9 +401,7 @@ def run(out: str | None = None, side: str = "dev") -> dict:
                          [score_fusion(u, b, w) for u, b in zip(unreal, bm25, strict=True)]))
     reference.append(row(f"{default_name} + BM25, RRF (k = 60)", [rrf_matrix(u, b) for u, b in zip(unreal, bm25,
                                                                                                    strict=True)]))
-    for label, h in joint_heads(shipped[JOINT_START]):
-        if side == "more" and "with the more side" in label:  # trained on these questions
-            continue
+    for label, h in joint_heads(shipped[JOINT_START], without_more=side == "more"):  # not a run trained on them
         rows.append(row(label, [scores(h, s.groups, keys) for s in own_states(h)]))
     verdicts = {q["id"]: q for q in judged["questions"]}
     dpr = {d.name: {k: sum(d.positives[i][0] in verdicts[x.id][k] for i, x in enumerate(q))
