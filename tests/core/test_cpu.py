@@ -72,3 +72,27 @@ def test_recorded_fidelity(tmp_path):
     path.write_text(json.dumps({"rows": [{"dtype": "bf16", "passed": True}, {"dtype": "int8", "passed": False}]}))
     assert cpu.recorded_fidelity(path) == {"bf16": True, "int8": False}
     assert cpu.status_line().startswith(cpu.cpu_info().model)
+
+
+@pytest.mark.parametrize("text", [
+    json.dumps([{"dtype": "bf16", "passed": True}]),  # a list at the top
+    json.dumps({"row": [{"dtype": "bf16", "passed": True}]}),  # a wrong key
+    json.dumps({"rows": [{"dtype": "bf16", "passed": "yes"}]}),  # a non-boolean
+    json.dumps({"rows": [{"dtype": "bf16"}]}),  # a row without its verdict
+    json.dumps({"rows": {"dtype": "bf16", "passed": True}}),  # rows not a list
+    json.dumps({"rows": ["bf16"]}),  # a row that is not an object
+    '{"rows": [',  # bad JSON
+    "\udcff",  # not UTF-8 once written
+])
+def test_a_damaged_record_falls_back_to_fp32_with_one_warning(tmp_path, text):
+    path = tmp_path / "f.json"
+    path.write_bytes(text.encode("utf-8", "surrogateescape"))
+    with pytest.warns(RuntimeWarning, match="unreadable key-fidelity record.*encoding in fp32") as caught:
+        assert cpu.recorded_fidelity(path) == {}
+    assert len(caught) == 1 and "\n" not in str(caught[0].message)
+    with pytest.warns(RuntimeWarning):
+        assert cpu.choose(XEON, fidelity=cpu.recorded_fidelity(path)).encode == "fp32"
+
+
+def test_a_missing_record_is_silent(tmp_path, recwarn):
+    assert cpu.recorded_fidelity(tmp_path / "none.json") == {} and not recwarn.list

@@ -34,6 +34,7 @@ import functools
 import importlib.util
 import json
 import platform
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -94,12 +95,30 @@ def cpu_info() -> CPUInfo:
 
 
 def recorded_fidelity(path: Path = FIDELITY_FILE) -> dict[str, bool]:
-    """Per encoding dtype, whether its recorded key-fidelity check passed (``benchmarks/encode_fidelity.py``)."""
-    try:
-        rows = json.loads(path.read_text())["rows"]
-    except (OSError, KeyError, ValueError):
+    """Per encoding dtype, whether its recorded key-fidelity check passed (``benchmarks/encode_fidelity.py``).
+
+    A missing file means no check was recorded (``{}``, silently). A file that cannot be read or is not of the
+    shape ``{"rows": [{"dtype": str, "passed": bool}, ...]}`` (bad JSON, a list at the top, a row without its
+    keys, a ``passed`` that is not a boolean) means the same, with one warning line: a damaged record makes the
+    CPU encode in fp32, it never stops the choice.
+    """
+    if not path.exists():
         return {}
-    return {row["dtype"]: bool(row["passed"]) for row in rows}
+    try:
+        rows = json.loads(path.read_text(encoding="utf-8"))["rows"]
+        if not isinstance(rows, list):
+            raise TypeError("'rows' is not a list")
+        out = {}
+        for row in rows:
+            if not isinstance(row["dtype"], str) or not isinstance(row["passed"], bool):
+                raise TypeError(f"row {row!r}: 'dtype' must be a string and 'passed' a boolean")
+            out[row["dtype"]] = row["passed"]
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError, IndexError) as exc:
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        warnings.warn(f"{path}: unreadable key-fidelity record ({type(exc).__name__}: {first}); encoding in fp32",
+                      RuntimeWarning, stacklevel=2)
+        return {}
+    return out
 
 
 def numkong_available() -> bool:
