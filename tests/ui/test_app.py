@@ -55,8 +55,8 @@ def test_ask_endpoint(client):
 
 
 @pytest.mark.parametrize("said,shown,stop", [
-    ("The zebra code is 4417.", "✓ “The zebra code is 4417.”: every content word occurs in the evidence", "sentence"),
-    ("Abraham Lincoln.", "None of the answer's content words occur in the evidence", "eos"),
+    ("The zebra code is 4417.", "supported</span> “The zebra code is 4417.”: the evidence says <q", "sentence"),
+    ("Abraham Lincoln.", "not found in the evidence</span> “Abraham Lincoln.”", "eos"),
     ("The zebra code is 4417 and the", "reached the limit of 48 tokens before its sentence ended", "budget"),
 ])
 def test_every_answer_comes_with_its_model_and_its_check(client, explorer, monkeypatch, said, shown, stop):
@@ -72,6 +72,8 @@ def test_every_answer_comes_with_its_model_and_its_check(client, explorer, monke
     assert marked == ("The zebra code is 4417" if "zebra" in said else "")  # the words the answer copies
     record = json.loads(next(Path(f) for f in files if f.endswith("ask.json")).read_text())
     assert record["answer_stop"] == stop and record["answer_check"][0]["sentence"] == said
+    assert record["check"]["supported"] == ("4417" in said) and "What the check does" in check
+    assert "✓" not in check and "◐" not in check
 
 
 def test_ask_endpoint_unreal(client):

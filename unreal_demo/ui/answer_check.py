@@ -4,16 +4,18 @@ ended it, and the faithfulness check (:func:`evaluation.faithfulness.answer_supp
 from __future__ import annotations
 
 import html
+import json
 from collections.abc import Sequence
 
 from ..core.generation import ANSWER_RULE, Generation, complete
 from ..evaluation.faithfulness import SentenceSupport, Support, answer_support
 from ..pipeline import AnswerStep, Explorer
+from ..settings import PRECOMPUTED
 
 SMALL = 3e9  # parameters below which a model is called small in the caveat
 ANSWER_LABEL = f"Answer ({ANSWER_RULE.limit}; streamed)"
 PLACEHOLDER = ("<p class='unreal-placeholder'>With the answer: the model that wrote it, and whether each of its "
-               "sentences is supported by the evidence it was given.</p>")
+               "sentences is stated by a sentence of the evidence it was given (quoted), or not found there.</p>")
 
 
 def model_line(explorer: Explorer) -> str:
@@ -26,26 +28,45 @@ def model_line(explorer: Explorer) -> str:
             f"below, under the answer rule ({ANSWER_RULE.limit}); {caveat}: check it against that evidence.")
 
 
+def _measured() -> str:
+    """What the check was measured to do (``precomputed/answer_check.json``), in one clause; empty if missing."""
+    try:
+        r = json.loads((PRECOMPUTED / "answer_check.json").read_text())
+        after = r["after"]
+        return (f" Measured on {r['answers']} answers this app's model gave to held-out questions: "
+                f"{after['precision']:.0%} of the answers it marked supported were right, and it marked "
+                f"{r['wrong_marked_supported']:.1%} of the wrong answers supported.")
+    except (OSError, ValueError, KeyError, TypeError):
+        return ""
+
+
+CHECK_NOTE = ("<p class='unreal-check-note'><b>What the check does:</b> each sentence of the answer is looked "
+              "up in the evidence it was given, and marked <i>supported</i> only when one evidence sentence "
+              "(or two adjacent ones) holds its names, numbers and other content words together with the "
+              "question's, quoting that sentence; otherwise it is <i>not found in the evidence</i>. It compares "
+              "words, not meaning: a small model's answer can be wrong even when it quotes the evidence (it may "
+              "copy a true sentence that answers another question), and a right answer in other words is "
+              "not found.{measured}</p>")
+
+
 def _sentence(s: SentenceSupport) -> str:
     said = f"“{html.escape(s.sentence)}”"
-    if s.verdict == "supported":
-        return f"✓ {said}: every content word occurs in the evidence"
-    if s.verdict == "no words":
-        return f"· {said}: no content words to check"
-    missing = ", ".join(html.escape(w) for w in s.missing)
-    if s.verdict == "partly":
-        return f"◐ {said}: not in the evidence: <b>{missing}</b>"
-    return f"✗ {said}: none of its content words occur in the evidence ({missing})"
+    if s.supported:
+        return (f"<span class='unreal-verdict unreal-supported'>supported</span> {said}: the evidence says "
+                f"<q class='unreal-quote'>{html.escape(s.evidence or '')}</q>")
+    why = f" ({html.escape(s.reason)})" if s.reason else ""
+    return f"<span class='unreal-verdict unreal-not-found'>not found in the evidence</span> {said}{why}"
 
 
 Spans = dict[int, list[tuple[int, int]]]  # passage or chunk id -> (start, end) character spans
 
 
-def checked(answer: str, passages: Sequence[str], ids: Sequence[int] | None = None) -> tuple[Support, Spans]:
-    """The check of ``answer`` against the passages it was given (:func:`evaluation.faithfulness.answer_support`),
-    and the character spans it copies from each passage, keyed by ``ids[j]`` for the j-th passage (a chunk id;
-    default its position), as the evidence views mark them."""
-    support = answer_support(answer, passages)
+def checked(answer: str, passages: Sequence[str], ids: Sequence[int] | None = None,
+            question: str | None = None) -> tuple[Support, Spans]:
+    """The check of ``answer`` against the passages it was given (:func:`evaluation.faithfulness.answer_support`,
+    with the question when known), and the character spans it copies from each passage, keyed by ``ids[j]`` for
+    the j-th passage (a chunk id; default its position), as the evidence views mark them."""
+    support = answer_support(answer, passages, question)
     copied: Spans = {}
     for j, start, end in support.copied:
         copied.setdefault(j if ids is None else ids[j], []).append((start, end))
@@ -53,29 +74,27 @@ def checked(answer: str, passages: Sequence[str], ids: Sequence[int] | None = No
 
 
 def check_html(explorer: Explorer, gen: Generation | AnswerStep, support: Support) -> str:
-    """The model line, how the answer ended if the token limit cut it, and the per-sentence check."""
+    """The model line, how the answer ended if the token limit cut it, what the check does, and its verdict
+    sentence by sentence: *supported* (with the quoted evidence sentence) or *not found in the evidence*."""
     parts = [f"<div class='unreal-model'>{model_line(explorer)}</div>"]
     if gen.stop == "budget" and not complete(gen.text):
         parts.append(f"<div class='unreal-notice'>The answer reached the limit of {ANSWER_RULE.budget} tokens before "
                      "its sentence ended: it is shown as far as it got.</div>")
-    if support.unsupported:
-        parts.append("<div class='unreal-notice unreal-unsupported'>⚠ None of the answer's content words occur in "
-                     "the evidence it was given: nothing there supports it.</div>")
     if support.sentences:
         items = "".join(f"<li>{_sentence(s)}</li>" for s in support.sentences)
-        marked = " · the words it copies are <mark class='unreal-copy'>marked</mark> in the evidence" \
+        whole = ("every sentence is supported" if support.supported else
+                 "not found in the evidence" if not any(s.supported for s in support.sentences) else
+                 "not every sentence is found in the evidence")
+        marked = " The words it copies are <mark class='unreal-copy'>marked</mark> in the evidence." \
             if support.copied else ""
-        parts.append(f"<div class='unreal-check'>Answer check, by words, not meaning (a sentence can reuse the "
-                     f"evidence's words and still be wrong){marked}<ul>{items}</ul></div>")
+        parts.append(f"<div class='unreal-check'><b>Answer check: {whole}.</b><ul>{items}</ul>"
+                     f"{CHECK_NOTE.format(measured=_measured())}{marked}</div>")
     return "".join(parts)
 
 
 def verdict(support: Support) -> str:
-    """One cell for a table of answers: ``supported``, ``partly (not in the evidence: 1892)``, ``unsupported``."""
-    missing = sorted({w for s in support.sentences for w in s.missing})
-    if support.unsupported:
-        return "unsupported: no content word in its evidence"
-    return f"partly (not in its evidence: {', '.join(missing)})" if missing else "supported"
+    """One cell for a table of answers: ``supported`` or ``not found in the evidence``."""
+    return support.verdict
 
 
 def prefill_html(tokens: int, passages: int, explorer: Explorer, what: str = "selected chunk") -> str:

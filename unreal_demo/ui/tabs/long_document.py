@@ -192,7 +192,7 @@ def build_tab(loader: Loading) -> Ready:
                                  label="Chunks any method selected: who selected each, and its rank under each")
         cmp_answers = gr.Dataframe(pd.DataFrame(columns=ANSWER_COLUMNS), wrap=True, interactive=False, label=(
             f"Each method's answer by {loader.model} ({ANSWER_RULE.limit}; tick 'answer with each method'), and "
-            "whether its content words occur in that method's selected chunks"))
+            "whether a sentence of that method's selected chunks states it"))
         cmp_files = gr.File(label="Download the comparison (JSON, CSV)", file_count="multiple", interactive=False)
     upload.change(read_upload, [upload, text], text, api_name=False)
 
@@ -217,15 +217,15 @@ def build_tab(loader: Loading) -> Ready:
             if not step.done:
                 yield (step.text, waiting if not step.text else PLACEHOLDER, bar_fig, heat_fig, shown, table,
                        EMPTY_TIMINGS, notes or status, None)
-        support, copied = checked(step.text, ranking.passages, ranking.selected)  # copied: by chunk id
+        support, copied = checked(step.text, ranking.passages, ranking.selected, q)  # copied: by chunk id
         said = check_html(explorer, step, support)
         shown = evidence_html(explorer, ranking, q, ranks(ranking), copied)
         full = explorer.full_context(ranking, q, timed=full_too) if ranking.method != "full" else None
         times = timing_table(step, full)
         record = {"question": q, "method": meth, "n": int(n_sel), "answer": step.text, "model": loader.model,
                   "head": loader.head_source, "answer_rule": ANSWER_RULE.name, "answer_stop": step.stop,
-                  "answer_check": [vars(x) for x in support.sentences], "timings": step.timings,
-                  "notices": ranking.notices}
+                  "answer_check": [vars(x) for x in support.sentences], "check": support.to_dict(),
+                  "timings": step.timings, "notices": ranking.notices}
         out = export("ask", record, chunk_rows(ranking), {"selected": table, "timings": times})
         yield step.text, said, bar_fig, heat_fig, shown, table, times, notes or status, out
 
@@ -247,7 +247,7 @@ def build_tab(loader: Loading) -> Ready:
             for r in rankings if answer_too else []:
                 progress(0.8, desc=f"answering with {r.method}")
                 reply = explorer.answer(r, q)
-                support, _ = checked(reply.text, r.passages)
+                support, _ = checked(reply.text, r.passages, question=q)
                 first = reply.timings["first_token"] if reply.tokens else 0.0  # no answer token: 0
                 answers.append({"method": r.method, "answer": reply.text, "evidence check": verdict(support),
                                 "prompt tokens": reply.prompt_tokens, "time to first token s": round(first, 3)})

@@ -255,7 +255,7 @@ def build_tab(loader: Loading, open_stores: bool | None = None) -> Ready:
                 yield step.text, PLACEHOLDER, gr.skip()
         except UserError as exc:
             raise gr.Error(str(exc)) from None
-        support, copied = checked(step.text, passages)
+        support, copied = checked(step.text, passages, question=last["query"])
         yield step.text, check_html(explorer, step, support), _cards(last, copied)
 
     found = [chart, table, bm25_table, status, evidence, searched, answer, check]
