@@ -2,7 +2,7 @@
 
     python benchmarks/joint_step.py [--batch 16] [--repeats 3] [--threads 2]
 
-16 training questions of the adapter experiment (``evaluation/adapter_run.cached_sets``: NQ-open with its BM25 C0
+16 training questions of the adapter experiment (``training/sets.cached_sets``: NQ-open with its BM25 C0
 over the shipped index), the adapter head (``precomputed/heads/smollm2-135m-mix-adapter``): best-of-``repeats``
 time of the step's query side (forward + backward to ρ, α and the adapter) from the text, of computing the prefix
 KV once (:meth:`QueryHead.prefix_cache`, float16), and of the step from the cached prefix; their ratio, the
@@ -21,10 +21,10 @@ import torch
 from maxsim import best_of  # a sibling benchmark script (its folder is on sys.path)
 
 from unreal_demo.core.cpu import status_line
-from unreal_demo.evaluation.adapter_run import cached_sets
 from unreal_demo.pipeline import Explorer
 from unreal_demo.settings import PRECOMPUTED, cache_dir
 from unreal_demo.store.index import Index, shipped_folder
+from unreal_demo.training.sets import cached_sets
 
 HEAD = PRECOMPUTED / "heads" / "smollm2-135m-mix-adapter" / "head.json"
 

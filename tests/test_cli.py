@@ -82,8 +82,6 @@ def test_flops_starts_from_the_shipped_head(capsys):
     (["bench", "longcontext", "--lengths", "2Q"], "cannot read length"),
     (["bench", "longcontext", "--shard", "3/2"], "give K/N"),
     (["bench", "longcontext", "--shard", "1/2", "--out", "precomputed/longcontext.json"], "partial"),
-    (["eval", "prompt", "--methods", "nope"], "unknown prompt nope"),
-    (["eval", "prompt", "--sample", "0"], "must be at least 1"),
     (["eval", "qa", "--k", "0"], "must be at least 1"),
     (["index", "search", "--query", "q", "--k", "0"], "--k must be a whole number of at least 1 (got 0)"),
     (["index", "search", "--query", " "], "the query is empty"),

@@ -261,7 +261,7 @@ def test_sharded_scan_over_two_processes_equals_one(tmp_path, tiny, k):
 
 
 def test_methods_an_index_cannot_serve_are_known_before_any_work(tmp_path, tiny, capsys):
-    from unreal_demo.__main__ import _servable
+    from unreal_demo.cli.common import servable as _servable
     from unreal_demo.errors import InputError
 
     build(tmp_path, tiny, dense=False)

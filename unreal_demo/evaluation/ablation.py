@@ -1,35 +1,33 @@
-"""Ablations of the head on the dev split (articles disjoint from train and from the held-out sets).
+"""The dev split of the ablation sweeps: their results as the About tab reads them, and heads scored on it.
 
-Each variant changes one setting of a base run and is trained for the same number of steps from the same
-seed (equal budget), then scored by exact MaxSim (Eq. 5) over the dev paragraphs for a fixed sample of dev
-questions. Two sweeps (:data:`SWEEPS`), both kept in ``precomputed/ablations.json``:
+The sweeps (one-factor variants of a base run, each trained at equal budget and scored by exact MaxSim, Eq. 5, on
+a fixed sample of dev questions; the study that trains them runs outside the library) are kept in
+``precomputed/ablations.json`` (:func:`read_sweeps`). :func:`compare_heads` scores finished heads on a sweep's dev
+split: how the shipped head was chosen (``eval heads``), and how a head gets its score-fusion weight
+(``--save-fusion``). Two sweeps (:data:`SWEEPS`):
 
 * ``squad-l20``: the first sweep, on SQuAD v1.1 dev alone around a cheap base (ℓc = 20, |C0| = 0): ℓc, R,
   G, L_p, |C0|, the read-out blocks, P and the number of BM25 negatives. It settled ℓc = 25.
 * ``mix-l25``: around the long run's settings (ℓc = 25, |C0| = 2, SQuAD dev + NYT + Reddit): |C0|, the
   soft prompt P, head-mined negatives (:mod:`core.negatives`), temperature τ, learning rate and ℓc 26–28.
 
-Chunk keys come from the local cache, else the repository's compressed copy of a shipped run's keys
-(:func:`core.shipped_keys.training_keys`); every other (ℓc, L_p) a sweep needs is encoded in one forward
-pass (:func:`encoding.warm_cache`). Each run checkpoints, and finished variants are kept in the result
-file, so a killed sweep resumes where it stopped.
+Dev keys come from the local cache, else the repository's compressed copy of a shipped run's keys
+(:func:`core.shipped_keys.training_keys`), else they are encoded.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..core.backbone import load_backbone
-from ..core.encoding import cache_folder, warm_cache
 from ..core.head import QueryHead
-from ..core.shipped_keys import shipped_path, training_keys
-from ..core.training import TrainConfig, head_at_checkpoint, sample_dev, splits, train
+from ..core.shipped_keys import training_keys
+from ..core.training import TrainConfig, head_at_checkpoint, sample_dev
 from ..errors import InputError
 from ..pipeline import Explorer
 from ..retrieval.registry import all_scores
-from ..settings import cache_dir
 from ..store.memory import MemoryStore
 from .results import write_result
 from .retrieval import corpus_store, fit_fusion_weight, metrics, rankings
@@ -71,11 +69,8 @@ SWEEPS: dict[str, Sweep] = {
 BASE, VARIANTS = SWEEPS["squad-l20"].base, SWEEPS["squad-l20"].variants
 
 
-def _slug(name: str) -> str:
-    return "".join(ch if ch.isalnum() else "-" for ch in name.split(" (")[0]).strip("-").lower() or "base"
-
-
-def _sweep(name: str) -> Sweep:
+def sweep_named(name: str) -> Sweep:
+    """The sweep ``name`` of :data:`SWEEPS` (an :class:`errors.InputError` names the known ones)."""
     if name not in SWEEPS:
         raise InputError(f"unknown ablation sweep {name!r}; use {' or '.join(SWEEPS)}")
     return SWEEPS[name]
@@ -115,7 +110,7 @@ def compare_heads(heads: list[str], dev_sample: int = 400, sweep: str = "mix-l25
     InputError
         Unknown sweep, or no head given.
     """
-    spec = _sweep(sweep)
+    spec = sweep_named(sweep)
     if not heads:
         raise InputError("give the heads to compare with --head A.json,B.json")
     runs = {p for p in heads if Path(p).is_dir()}  # a run folder: its last checkpoint (a run in progress)
@@ -152,75 +147,3 @@ def compare_heads(heads: list[str], dev_sample: int = 400, sweep: str = "mix-l25
                          f"--sample {len(texts)}" + (" --save-fusion" if save_fusion else ""),
               "bm25": bm25_row, "rows": rows, "chosen": best["head"], "markdown": "\n".join(md)}
     return write_result(result, out)
-
-
-def _keys_settings(sweep: Sweep, variants: dict[str, dict]) -> list[tuple[int, int]]:
-    base = sweep.base
-    return sorted({(v.get("chunk_layer", base.chunk_layer), v.get("n_pool", base.n_pool))
-                   for v in [{}, *variants.values()]})
-
-
-def run_ablations(steps: int = 60, dev_sample: int = 300, out: str = "precomputed/ablations.json",
-                  only: list[str] | None = None, seed: int = 0, sweep: str = "squad-l20") -> dict:
-    """Train and score every variant of ``sweep`` (or those whose name contains one of ``only``); resumable.
-
-    Returns
-    -------
-    The sweep's result (setting, command, BM25 reference row, one row per finished variant, markdown);
-    ``out`` keeps it beside the other sweeps' results.
-    """
-    spec = _sweep(sweep)
-    backbone = load_backbone(spec.base.model)
-    path = Path(out)
-    done = read_sweeps(path).get(sweep, {}).get("rows", [])
-    done = [r for r in done if r["steps"] == steps and r["dev_questions"] == dev_sample]
-    variants = {k: v for k, v in spec.variants.items() if not only or any(o in k for o in only)}
-    train_side, dev_side = splits(spec.base)  # every source read once
-    texts, gold, dev_texts = sample_dev(spec.base, dev_sample, seed, dev_side)
-    train_passages = [p.text for p in train_side[0]]
-    for corpus in (train_passages, dev_texts):  # encode what neither the cache nor the repository holds
-        missing = [st for st in _keys_settings(spec, variants)
-                   if not shipped_path(cache_folder(backbone, corpus, *st, spec.base.chunk_tokens).name).exists()]
-        if missing:
-            warm_cache(backbone, corpus, missing, spec.base.chunk_tokens)
-    bm25_row = metrics(rankings(corpus_store(dev_texts), None, texts, "bm25"), gold)
-    rows, dev_stores = {r["variant"]: r for r in done}, {}  # a dev store (keys, BM25) per (ℓc, L_p), built once
-    for name, overrides in variants.items():
-        if name in rows:
-            continue
-        cfg = replace(spec.base, steps=steps, out=str(cache_dir() / "ablations" / sweep / _slug(name)), **overrides)
-        train(cfg, backbone)
-        head = QueryHead.load(Path(cfg.out) / "head")
-        explorer = Explorer(backbone, head, Path(cfg.out) / "head.json")
-        if (cfg.chunk_layer, cfg.n_pool) not in dev_stores:
-            dev_stores[cfg.chunk_layer, cfg.n_pool] = MemoryStore(dev_texts, training_keys(
-                backbone, dev_texts, cfg.chunk_layer, cfg.n_pool, cfg.chunk_tokens))  # keys (M, L_p, d)
-        prov = head.config.provenance
-        rows[name] = {"variant": name, "settings": {k: v for k, v in asdict(cfg).items() if k in overrides},
-                      "steps": steps, "dev_questions": len(texts), "params": head.n_params(),
-                      "final_loss": prov["final_loss"], "train_seconds": prov["seconds"],
-                      "train_cpu_seconds": prov["cpu_seconds"]}
-        rows[name] |= metrics(rankings(dev_stores[cfg.chunk_layer, cfg.n_pool], explorer, texts, "unreal"), gold)
-        _write(path, sweep, rows, bm25_row, steps, len(texts), len(dev_texts))
-    return _write(path, sweep, rows, bm25_row, steps, len(texts), len(dev_texts))
-
-
-def _write(path: Path, sweep: str, rows: dict, bm25_row: dict, steps: int, n_q: int, n_corpus: int) -> dict:
-    spec = SWEEPS[sweep]
-    table = [rows[k] for k in spec.variants if k in rows]
-    cols = ["R@1", "R@5", "R@10", "MRR@10"]
-    md = ["| variant | " + " | ".join(cols) + " | loss | params |", "|---" * (len(cols) + 3) + "|",
-          "| BM25 (reference) | " + " | ".join(f"{bm25_row[c]:.3f}" for c in cols) + " | – | – |"]
-    md += ["| " + r["variant"].replace("|", "\\|") + " | " + " | ".join(f"{r[c]:.3f}" for c in cols)
-           + f" | {r['final_loss']:.2f} | {r['params']:,} |" for r in table]
-    result = {"setting": f"dev split: {n_q} {spec.dev}, corpus {n_corpus:,} dev paragraphs; every variant "
-                         f"{steps} steps × {spec.base.batch} questions",
-              "command": f"python -m unreal_demo eval ablations --sweep {sweep} --steps {steps} --sample {n_q}",
-              "bm25": bm25_row, "rows": table, "markdown": "\n".join(md)}
-    sweeps = read_sweeps(path) | {sweep: result}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    ordered = {k: sweeps[k] for k in SWEEPS if k in sweeps} | sweeps  # other commands' sweeps (adapter) are kept
-    tmp.write_text(json.dumps({"sweeps": ordered}, indent=2, ensure_ascii=False) + "\n")
-    tmp.replace(path)
-    return result

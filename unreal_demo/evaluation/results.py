@@ -31,7 +31,7 @@ def command(argv: list[str] | None = None) -> str:
     if not argv:
         return ""
     script = Path(argv[0])
-    head = "python -m unreal_demo" if script.name == "__main__.py" and script.parent.name == "unreal_demo" else (
+    head = f"python -m {script.parent.name}" if script.name == "__main__.py" else (
         "unreal" if script.name == "unreal" else f"python {display_path(script)}")
     args = [display_path(a) if a.startswith("/") else a for a in argv[1:]]  # no folder of this machine
     return " ".join([head, *map(shlex.quote, args)])

@@ -1,13 +1,16 @@
-"""The joint fine-tune of ρ, α and the query adapter (:mod:`core.joint_training`) on the adapter experiment's sets.
+"""The joint stage: ρ, α and the query adapter fine-tuned together through the LLM (:mod:`core.joint_training`).
 
-Same pool, sets and splits as :mod:`adapter_run` (NQ-open and TriviaQA by distant supervision, with the cleaner
-positives — BM25 rank ≤ 3 — that won its dev grid, plus SQuAD dev questions of the train articles); the mined
-negatives come from the starting head's cached states. After training, the best head's query states are cached
-for every dev and test question and scored exactly as the grid's rows (:func:`adapter_run.score_row`), next to the
-starting head's row, so the two read side by side with ``precomputed/adapter_grid.json``.
+Same pool, sets and splits as the α stage (:mod:`training.sets`); the mined negatives come from the starting head's
+cached states. After training, the best head's query states are cached for every dev and test question and scored
+as the α stage's rows (:func:`sets.score_row`), next to the starting head's row. The default head
+(``precomputed/heads/smollm2-135m-mix-joint-seed1``) is this stage from the α head::
 
-    python -m unreal_demo adapter --joint --head precomputed/heads/smollm2-135m-mix-adapter/head.json \\
-        --steps 400 --out precomputed/joint_run.json --save precomputed/heads/smollm2-135m-mix-joint/head
+    python -m unreal_demo train --stage joint --head precomputed/heads/smollm2-135m-mix-alpha/head.json \\
+        --positives judged --dev judged --train-c0 quarter --steps 240 --lr-rho 3e-4 --lr 1e-3 \\
+        --r10-within 0.01 --patience 8 --distil 3.0 --seed 1 --out joint_run.json \\
+        --save precomputed/heads/smollm2-135m-mix-joint-seed1/head
+
+(the head's ``provenance.joint_command`` records it under its earlier name, ``adapter --joint``).
 """
 
 from __future__ import annotations
@@ -25,26 +28,26 @@ from ..core.head import QueryHead
 from ..core.joint_training import JointConfig, TextSet, fit_joint, lexical_scale, settings_of
 from ..core.maxsim import maxsim_reference
 from ..core.state_training import StateSet, mine
+from ..evaluation.results import write_result
 from ..settings import cache_dir, display_path
-from .adapter_run import (
+from .judged import POSITIVES, judged_digest, open_sets
+from .sets import (
     NATURAL_SETS,
-    POSITIVES,
     cache_sets,
     clean_ids,
     fit_fusion_on_dev,
     grid_markdown,
     local,
-    open_sets,
     pool_of,
     positions,
     score_row,
     usable_pool,
     without_positive_c0,
 )
-from .judged_dev import judged_digest
-from .results import write_result
 
 DEPTH = 3  # the cleaner positives' BM25 depth (the grid's best row)
+
+
 TRAIN_C0 = {"bm25": "C0 = BM25's top chunks", "without-positive": "C0 without the positive",
             "half": "half the visits with C0 without the positive",
             "quarter": "a quarter of the visits with C0 without the positive"}
@@ -57,14 +60,14 @@ def run_joint(head_path: str, cfg: JointConfig, out: str | None = None, save: st
     folder (``<cache>/joint_runs/…/best``) while it trains; ``save`` receives the best head with its fusion weight
     refitted on dev (none when no dev check beat step 0), ``out`` the result JSON. ``train_c0``: each training
     question's C0 is BM25's top chunks (``"bm25"``), BM25's top chunks that are not its positive
-    (``"without-positive"``, :func:`adapter_run.without_positive_c0`), or each question once with each
+    (``"without-positive"``, :func:`sets.without_positive_c0`), or each question once with each
     (``"half"``: half the visits; ``"quarter"``: a quarter); dev and test keep BM25's top chunks, as a search
     has them. ``keep``: score and save the best dev check's state (``"best"``) or the last step's (``"last"``,
     written even when the best is step 0). ``n_context``: |C0| to train and score with (default: the head's); the
     starting row reads that many passages with the starting head's weights (:meth:`core.head.QueryHead.reshaped`).
     ``positives``: the natural training questions' positives — ``cleaner`` (the ``dpr`` rule's, BM25 rank ≤ 3),
-    ``judged`` (the chunks read as answering them; :mod:`judged_dev`) or ``judged-more`` (those and the judged
-    questions the grid's sample left out, :func:`judged_dev.with_more`); ``dev``: the natural dev sets labelled
+    ``judged`` (the chunks read as answering them; :mod:`training.judged`) or ``judged-more`` (those and the judged
+    questions the grid's sample left out, :func:`judged.with_more`); ``dev``: the natural dev sets labelled
     by the ``dpr`` rule or judged by reading (the checks and the final rows). ``widen``: a wider query side to start
     from, :meth:`core.head.QueryHead.reshaped`'s fields — ``n_groups`` (its R retrieval tokens cut into more query
     vectors) and ``adapter_rank`` (a new query adapter, the identity at first) — so the starting row is the head
@@ -162,36 +165,4 @@ def run_joint(head_path: str, cfg: JointConfig, out: str | None = None, save: st
                                                             "joint_command": result["provenance"]["command"],
                                                             "joint_date": result["provenance"]["date"]}
         model.save(save)
-    return result
-
-
-def run_average(head_paths: list[str], out: str | None = None, save: str | None = None, dev: str = "judged") -> dict:
-    """Average fine-tunes of one head (:func:`core.head.average_heads`, e.g. the joint recipe run with two seeds)
-    and score the average next to each of them as :func:`run_joint` scores its rows (the dev sets, labelled by the
-    ``dpr`` rule or judged by reading, and the New-Wiki test over the whole index); ``save`` receives the average
-    with its fusion weight refitted on dev, ``out`` the result JSON."""
-    if dev not in ("dpr", "judged"):
-        raise ValueError(f"dev must be 'dpr' or 'judged', not {dev!r}")
-    from ..core.head import average_heads
-
-    heads = [QueryHead.load(p) for p in head_paths]
-    mean = average_heads(heads)  # the settings of every head checked equal (before anything large loads) …
-    explorer, _, index, (_, devs, test) = open_sets(head_paths[0], None, "cleaner", dev)  # … so one set serves all
-    keys, usable, _ = pool_of(index)
-    folder, rows, states = cache_dir() / "query_states", [], []
-    for label, model in [*zip(map(display_path, head_paths), heads, strict=True),
-                         (f"the mean of these {len(heads)} heads", mean)]:
-        states.append(cache_sets(model, explorer.backbone, devs, folder))
-        (test_s,) = cache_sets(model, explorer.backbone, [test], folder)
-        rows.append(score_row(label, model, local(states[-1], usable), keys[usable], test_s, keys,
-                              {"digest": model.digest()[:16]}))
-    result = {"heads": [display_path(p) for p in head_paths], "dev": dev,
-              "dev sets": {q.name: len(q.texts) for q in devs}, "new_wiki test": len(test.texts), "rows": rows,
-              "markdown": grid_markdown(rows)}
-    result = write_result(result | {"cpu": status_line()}, out, explorer)
-    if save:
-        mean.config.fusion_weight = fit_fusion_on_dev(mean, index, devs, states[-1], keys, usable)  # the mean's
-        mean.config.provenance |= {"average_command": result["provenance"]["command"],
-                                   "average_row": rows[-1], "average_date": result["provenance"]["date"]}
-        mean.save(save)
     return result

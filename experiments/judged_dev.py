@@ -1,6 +1,6 @@
 """Natural questions whose positives were read, not matched: the judged sets.
 
-The grid's natural sets (:mod:`adapter_run`) are labelled by the ``dpr`` rule — the best-ranked of BM25's top 100
+The grid's natural sets (:mod:`adapter_grid`) are labelled by the ``dpr`` rule — the best-ranked of BM25's top 100
 chunks holding an answer alias — which is right for about a quarter of the questions and BM25-ranked by
 construction, so dev R@k cannot reward a head that finds a *better* chunk than the alias match BM25 found. Here
 every chunk that holds an answer alias and sits in the top :data:`DEPTH` of any compared retriever (BM25, dense
@@ -12,54 +12,49 @@ The questions are the grid's NQ and TriviaQA questions, so their cached query st
 finished variant is scored in seconds. R@10 is exact for the retrievers that made the candidates; for any other
 head an unread alias chunk in its top 10 counts as a miss, and :func:`run` reports how many there were.
 
-    python -m unreal_demo adapter --judged candidates [--side train]  # <cache>/judged_dev/candidates*.jsonl
-    python -m unreal_demo adapter --judged collect --verdicts V.jsonl ... --judged-by WHO [--side train]
-    python -m unreal_demo adapter --judged score --out precomputed/judged_dev_recall.json
-    python -m unreal_demo adapter --judged score --side more --out precomputed/judged_more_recall.json
+    python -m experiments judged-dev candidates [--side train|more]  # <cache>/judged_dev/candidates*.jsonl
+    python -m experiments judged-dev collect --verdicts V.jsonl ... --judged-by WHO [--side train|more]
+    python -m experiments judged-dev score --out experiments/records/judged_dev/judged_dev_recall.json
+    python -m experiments judged-dev score --side more --out experiments/records/judged_dev/judged_more_recall.json
+
+Records: the verdicts ``precomputed/judged/{dev,train,more}.json.gz`` (read by ``train --stage joint --positives
+judged --dev judged``, the default head's recipe) and the scores in :data:`RECORDS`. Reported in docs/RESULTS.md,
+"A natural dev set judged by reading". Adopted: the judged train positives and dev checks are the joint stage's.
 """
 
 from __future__ import annotations
 
+import argparse
 import gzip
-import hashlib
 import json
 from dataclasses import replace
 from pathlib import Path
 
 import torch
 
-from ..core.selection import reciprocal_rank_fusion, score_fusion
-from ..core.state_training import StateSet, recall_from_scores, scores
-from ..data.answers import occurs
-from ..settings import DEFAULT_HEADS, DEFAULT_MODEL, PRECOMPUTED
-from .adapter_run import NATURAL_SETS, bm25_within, natural_questions, positions
+from unreal_demo.core.cpu import status_line
+from unreal_demo.core.head import QueryHead
+from unreal_demo.core.minilm import embed
+from unreal_demo.core.selection import reciprocal_rank_fusion, score_fusion
+from unreal_demo.core.state_training import StateSet, recall_from_scores, scores, states_key
+from unreal_demo.data.answers import occurs
+from unreal_demo.errors import InputError, UserError
+from unreal_demo.evaluation.results import write_result
+from unreal_demo.pipeline import Explorer
+from unreal_demo.settings import DEFAULT_HEADS, DEFAULT_MODEL, PRECOMPUTED, cache_dir, display_path
+from unreal_demo.store.index import Index, shipped_folder
+from unreal_demo.training.judged import judged_path, load_judged, natural_sets
+from unreal_demo.training.sets import NATURAL_SETS, bm25_within, cache_sets, natural_questions, pool_of, positions
 
+from .common import centred_keys, dense_vectors, grid_heads, run_main, variants_folder
+
+RECORDS = ("judged_dev_recall.json", "judged_dev_recall_seed1.json", "judged_more_recall.json")
 DEPTH = 10  # each retriever's top DEPTH chunks are read for an answer alias
 # precomputed/heads/…: the heads whose top 10 made the candidates (fixed: the verdicts are on their chunks) …
 HEADS = ("smollm2-135m-mix", "smollm2-135m-mix-alpha", "smollm2-135m-mix-adapter")
 # … and every shipped head, scored on the judged set
 SCORED = (*HEADS, "smollm2-135m-mix-joint", "smollm2-135m-mix-joint-seed1", "smollm2-135m-mix-joint-r64")
 JOINT_START = "smollm2-135m-mix-alpha"  # the head whose joint fine-tunes on this machine are scored too
-
-
-def judged_path(side: str = "dev") -> Path:
-    """Where the judged ``side`` is kept: ``precomputed/judged/{dev,train,more}.json.gz``."""
-    return PRECOMPUTED / "judged" / f"{side}.json.gz"
-
-
-def judged_digest(sides: tuple[str, ...] = ("dev", "train")) -> str:
-    """8 hex digits of the SHA-1 of the judged files of ``sides``: runs and grid variants built on them are kept
-    apart from those built on other verdicts."""
-    h = hashlib.sha1()
-    for side in sides:
-        path = judged_path(side)
-        h.update(gzip.decompress(path.read_bytes()) if path.exists() else b"")
-    return h.hexdigest()[:8]
-
-
-def load_judged(side: str = "dev") -> dict:
-    """The judged ``side`` (:func:`collect`'s output)."""
-    return json.loads(gzip.decompress(judged_path(side).read_bytes()))
 
 
 RULE = ("yes: the chunk, read alone with its title, states the answer to the question, key constraints (date, "
@@ -89,15 +84,12 @@ def candidates(index, devs, states: list[StateSet], usable: torch.Tensor, keys: 
     Rows with ``candidates``: every usable chunk id in a retriever's top :data:`DEPTH` (BM25, dense MiniLM,
     each head) whose text holds an answer alias, and the ``dpr`` positive, in first-seen order.
     """
-    from ..core.minilm import embed
-    from .adapter_run import _dense_vectors
-
     pool = torch.nonzero(usable).squeeze(1)  # local position → chunk id
     natural = [(d, s) for d, s in zip(devs, states, strict=True) if d.name in NATURAL_SETS]
     rows = []
     for (d, s), qs in zip(natural, natural_questions([d for d, _ in natural]), strict=True):
         tops = [top_ids(bm25_within(index, d.texts, usable)[:, usable])]
-        dense = embed(d.texts) @ _dense_vectors(index)[usable].T  # (N, P)
+        dense = embed(d.texts) @ dense_vectors(index)[usable].T  # (N, P)
         tops.append(top_ids(dense))
         tops += [top_ids(scores(h, s.groups, keys)) for h in heads.values()]
         for i, q in enumerate(qs):
@@ -112,44 +104,6 @@ def candidates(index, devs, states: list[StateSet], usable: torch.Tensor, keys: 
             rows.append({"id": q.id, "set": d.name, "question": q.text, "answers": list(q.answers),
                          "candidates": list(seen)})
     return rows
-
-
-def judged_sets(side: str, sets: list, states: list[StateSet] | None = None) -> tuple[list, list[StateSet]]:
-    """The natural sets of ``side`` reduced to their questions with a ``yes`` chunk, those chunks (global ids) as
-    positives, named ``nq:judged`` / ``tqa:judged``: (:class:`TextSet` list, :class:`StateSet` list, empty without
-    ``states``). The questions are the grid's, so the StateSets are slices of their cached states (a joint run,
-    which passes none, caches the reduced sets' states anew)."""
-    from ..core.joint_training import TextSet
-
-    verdicts = {q["id"]: q for q in load_judged(side)["questions"]}
-    texts, cached = [], []
-    natural = [(i, t) for i, t in enumerate(sets) if t.name in NATURAL_SETS]
-    for (j, t), qs in zip(natural, natural_questions([t for _, t in natural]), strict=True):
-        keep = [i for i, q in enumerate(qs) if verdicts.get(q.id, {}).get("yes")]
-        positives = [list(verdicts[qs[i].id]["yes"]) for i in keep]
-        texts.append(TextSet(f"{t.name}:judged", [t.texts[i] for i in keep], [t.contexts[i] for i in keep], positives))
-        if states is not None:
-            cached.append(StateSet(f"{t.name}:judged", states[j].groups[keep], positives))
-    return texts, cached
-
-
-def with_more(trains: list, index, n_context: int) -> list:
-    """The judged train sets ``trains`` (:func:`with_judged`) with the judged questions of the ``more`` side
-    (:func:`adapter_run.more_train_sets`) added to the set of their source, so ``nq:judged`` / ``tqa:judged`` hold
-    every train question read as answered by a chunk."""
-    from ..core.joint_training import TextSet
-
-    more = {t.name: t for t in judged_sets("more", natural_sets(index, n_context, "more"))[0]}
-    return [TextSet(t.name, t.texts + more[t.name].texts, t.contexts + more[t.name].contexts,
-                    t.positives + more[t.name].positives) if t.name in more else t for t in trains]
-
-
-def with_judged(side: str, sets: list, states: list[StateSet] | None = None) -> tuple[list, list[StateSet]]:
-    """``sets`` (and ``states``) with each natural set replaced by its judged set (:func:`judged_sets`), the
-    others kept after them."""
-    texts, cached = judged_sets(side, sets, states)
-    return (texts + [t for t in sets if t.name not in NATURAL_SETS],
-            cached + [s for s in states or [] if s.name not in NATURAL_SETS])
 
 
 def judged_positives(qs, judged: dict, usable: torch.Tensor) -> tuple[list[int], list[list[int]]]:
@@ -188,42 +142,21 @@ def recall_row(label: str, matrices: list[torch.Tensor], names: list[str], qs: l
 def candidate_heads(explorer) -> dict[str, object]:
     """The heads whose top 10 make the candidates: the shipped heads of the default model, and the grid's
     "α alone, mix, title positives" when this machine has it (``<cache>/adapter_variants``)."""
-    from ..core.head import QueryHead
-    from ..settings import cache_dir
-    from .centring_check import grid_heads
-
     heads = {name: QueryHead.load(PRECOMPUTED / "heads" / name / "head") for name in HEADS}
     n = explorer.head.config.n_context
-    heads |= {label: h for label, h, _ in grid_heads(cache_dir() / "adapter_variants", n)
+    heads |= {label: h for label, h, _ in grid_heads(variants_folder(), n)
               if label == "α alone, mix, title positives"}
     return heads
 
 
 def candidates_path(side: str = "dev") -> Path:
     """Where :func:`write_candidates` writes: ``<cache>/judged_dev/candidates.jsonl`` (``candidates-train.jsonl``)."""
-    from ..settings import cache_dir
-
     return cache_dir() / "judged_dev" / ("candidates.jsonl" if side == "dev" else f"candidates-{side}.jsonl")
-
-
-def natural_sets(index, n_context: int, side: str) -> list:
-    """The grid's natural (NQ, TriviaQA) :class:`TextSet` of ``side`` (``more``: the train questions it left out,
-    :func:`adapter_run.more_train_sets`)."""
-    from ..settings import cache_dir
-    from .adapter_run import cached_sets, more_train_sets
-
-    if side == "more":
-        return more_train_sets(index, n_context, cache_dir() / "adapter_sets")
-    trains, devs, _ = cached_sets(index, n_context, cache_dir() / "adapter_sets")
-    return [d for d in (devs if side == "dev" else trains) if d.name in NATURAL_SETS]
 
 
 def write_candidates(side: str = "dev", out: Path | None = None) -> Path:
     """The candidates (:func:`candidates`) of the natural questions of ``side`` with each chunk's title and text,
     one JSON line per question, for reading; ``out`` defaults to :func:`candidates_path`."""
-    from ..settings import cache_dir
-    from .adapter_run import cache_sets, pool_of
-
     explorer, index = _open()
     devs = natural_sets(index, explorer.head.config.n_context, side)
     states = cache_sets(explorer.head, explorer.backbone, devs, cache_dir() / "query_states")
@@ -281,9 +214,6 @@ def collect(candidates_file: Path, verdict_files: list[Path], judged_by: str, ou
 
 
 def _open():
-    from ..pipeline import Explorer
-    from ..store.index import Index, shipped_folder
-
     explorer = Explorer.load(head=str(PRECOMPUTED / "heads" / HEADS[0] / "head.json"), require_head=True)
     return explorer, Index(shipped_folder(explorer))
 
@@ -305,8 +235,6 @@ def joint_heads(start, without_more: bool = False) -> list[tuple[str, object]]:
     best dev check's state when that is neither step 0 nor the last step; ``without_more``: not the runs that
     trained on the judged more side (:func:`judged_questions`)."""
     from ..core.head import QueryHead
-    from ..settings import cache_dir
-
     out = []
     judged_train = sum(1 for q in load_judged("train")["questions"] if q["yes"])  # more: a judged-more run
     for ckpt in sorted((cache_dir() / "joint_runs").glob(f"{start.digest()[:12]}-*/checkpoint.pt")):
@@ -339,21 +267,13 @@ def run(out: str | None = None, side: str = "dev") -> dict:
     and every joint run kept on this machine (:func:`joint_heads`) on the judged ``side`` (positives: ``yes``;
     lenient: ``yes`` or ``partial``); the result carries its table (:func:`markdown`).
 
-    ``side="more"`` scores the judged train questions the grid's sample left out (:func:`adapter_run.more_train_sets`)
+    ``side="more"`` scores the judged train questions the grid's sample left out (:func:`training.sets.more_train_sets`)
     instead of the dev set: no head but a ``judged-more`` joint run trained on them (left out here), so for every
     other head they are held-out natural questions, three times the dev set's; only their questions with a ``yes``
     chunk are encoded, so there the lenient rows count ``partial`` chunks of those questions only (on dev they
     also count the questions with a ``partial`` chunk alone)."""
     if side not in ("dev", "more"):
         raise ValueError(f"side must be 'dev' or 'more', not {side!r}")
-    from ..core.cpu import status_line
-    from ..core.head import QueryHead
-    from ..core.minilm import embed
-    from ..settings import cache_dir
-    from .adapter_run import _dense_vectors, cache_sets, centred_keys, pool_of
-    from .centring_check import grid_heads
-    from .results import write_result
-
     judged = load_judged(side)
     explorer, index = _open()
     devs = natural_sets(index, explorer.head.config.n_context, side)
@@ -383,10 +303,10 @@ def run(out: str | None = None, side: str = "dev") -> dict:
     base = cache_sets(explorer.head, explorer.backbone, devs, folder)
     bm25 = [bm25_within(index, d.texts, usable)[:, usable] for d in devs]
     reference = [row("BM25", bm25),
-                 row("dense MiniLM", [embed(d.texts) @ _dense_vectors(index)[usable].T for d in devs])]
+                 row("dense MiniLM", [embed(d.texts) @ dense_vectors(index)[usable].T for d in devs])]
     shipped = {name: QueryHead.load(PRECOMPUTED / "heads" / name / "head") for name in SCORED}
     models = [(name, h, False) for name, h in shipped.items()]
-    models += [(f"grid: {label}", h, c) for label, h, c in grid_heads(cache_dir() / "adapter_variants",
+    models += [(f"grid: {label}", h, c) for label, h, c in grid_heads(variants_folder(),
                                                                        explorer.head.config.n_context)]
 
     def own_states(h) -> list:  # a head that reads the question with its own ρ (or P) has its own states
@@ -428,8 +348,6 @@ def reads_alike(a, b) -> bool:
     >>> _ = b.rho.data.add_(1.0); reads_alike(a, b)
     False
     """
-    from ..core.state_training import states_key
-
     return states_key(a, [], []) == states_key(b, [], [])
 
 
@@ -458,3 +376,43 @@ def markdown(result: dict) -> str:
     lines += [f"| {' = '.join(labels)} | " + " | ".join(f"{v:.3f}" if isinstance(v, float) else str(v) for v in values)
               + " |" for values, labels in merged.items()]
     return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m experiments judged-dev candidates|collect|score [--side dev|train|more] …``."""
+    p = argparse.ArgumentParser(prog="python -m experiments judged-dev", description=__doc__.split("\n")[0])
+    p.add_argument("action", choices=("candidates", "collect", "score"),
+                   help="write the candidate chunks to read, collect the read verdicts into "
+                   "precomputed/judged/SIDE.json.gz, or score every head on the judged side")
+    p.add_argument("--side", choices=("dev", "train", "more"), default="dev",
+                   help="which questions (more: the train questions the grid's sample left out)")
+    p.add_argument("--verdicts", nargs="*", default=None, help="collect: the verdict files (JSON lines)")
+    p.add_argument("--judged-by", dest="judged_by", default=None, help="collect: who read them")
+    p.add_argument("--out", default=None, help="score: write the result JSON here")
+    return run_main(p, handle, argv)
+
+
+def handle(args: argparse.Namespace) -> None:
+    """Run one action of :func:`main`."""
+    if args.action == "candidates":
+        print(f"candidates to read: {write_candidates(args.side)}")
+    elif args.action == "collect":
+        if not args.verdicts or not args.judged_by:
+            raise UserError("collect needs --verdicts FILE… (the read verdicts) and --judged-by (who read them)")
+        if missing := [f for f in args.verdicts if not Path(f).is_file()]:
+            raise InputError(f"no verdict file {missing[0]}")
+        if not candidates_path(args.side).is_file():
+            raise InputError(f"no candidates to collect verdicts for: run `judged-dev candidates --side {args.side}` "
+                             "first")
+        try:
+            judged = collect(candidates_path(args.side), args.verdicts, args.judged_by, judged_path(args.side))
+        except ValueError as e:
+            raise InputError(str(e)) from e
+        print(f"{len(judged['questions'])} questions judged → {display_path(judged_path(args.side))}")
+    elif args.side == "train":
+        raise UserError("score: the judged set is scored on its dev side or on the more side (held out from every "
+                        "head but a judged-more run), not on the train side the heads learnt from")
+    else:
+        result = run(args.out, args.side)
+        for row in result["reference"] + result["rows"]:
+            print(f"{row['variant']}: " + ", ".join(f"{k} {v}" for k, v in row.items() if k != "variant"))

@@ -6,22 +6,34 @@ A head turns its R retrieval tokens' states into G query vectors by averaging R 
 cost; the query encoding (one LLM pass) is unchanged, and no stored key changes. Here each question's states are
 cached once with one group per retrieval token (G = R), every G is pooled from them, and each G is scored on the
 adapter experiment's dev sets (the judged NQ / TriviaQA questions, SQuAD dev) and the New-Wiki test over the whole
-index, exactly as the joint runs' rows (:func:`adapter_run.score_row`).
+index, exactly as the joint runs' rows (:func:`unreal_demo.training.sets.score_row`).
 
-    python -m unreal_demo adapter --groups-check 1,2,4,8,16,32 \\
-        --head precomputed/heads/smollm2-135m-mix-joint-seed1/head.json --out precomputed/groups_check.json
+    python -m experiments groups-check 1,2,4,8,16,32 \\
+        --head precomputed/heads/smollm2-135m-mix-joint-seed1/head.json \\
+        --out experiments/records/groups_check/groups_check.json
+
+Record: ``groups_check.json``. Reported in docs/RESULTS.md,
+"Twice the judged natural questions, and how many query vectors".
 """
 
 from __future__ import annotations
 
+import argparse
+
 import torch
 
-from ..core.cpu import status_line
-from ..core.head import HeadError, QueryHead
-from ..core.state_training import StateSet
-from ..settings import cache_dir, display_path
-from .adapter_run import cache_sets, local, open_sets, pool_of, score_row
-from .results import write_result
+from unreal_demo.core.cpu import status_line
+from unreal_demo.core.head import HeadError, QueryHead
+from unreal_demo.core.state_training import StateSet
+from unreal_demo.errors import UserError
+from unreal_demo.evaluation.results import write_result
+from unreal_demo.settings import DEFAULT_HEADS, DEFAULT_MODEL, cache_dir, display_path
+from unreal_demo.training.judged import open_sets
+from unreal_demo.training.sets import cache_sets, local, pool_of, score_row
+
+from .common import run_main
+
+RECORDS = ("groups_check.json",)
 
 
 def pool_groups(states: torch.Tensor, n_groups: int) -> torch.Tensor:
@@ -38,8 +50,8 @@ def pool_groups(states: torch.Tensor, n_groups: int) -> torch.Tensor:
 
 def run(head_path: str, groups: list[int], out: str | None = None) -> dict:
     """Score ``head_path`` with each G of ``groups`` (every one a divisor of its R) on the judged dev sets and the
-    New-Wiki test; rows as the joint runs' (:func:`adapter_run.score_row`) plus the dev mean R@10 and the number
-    of query vectors; the result carries its table.
+    New-Wiki test; rows as the joint runs' (:func:`unreal_demo.training.sets.score_row`) plus the dev mean R@10 and
+    the number of query vectors; the result carries its table.
 
     Raises
     ------
@@ -48,7 +60,7 @@ def run(head_path: str, groups: list[int], out: str | None = None) -> dict:
     """
     n_ret = QueryHead.load(head_path).config.n_ret
     if bad := [g for g in groups if n_ret % g]:
-        raise HeadError(f"--groups-check: G = {bad[0]} does not divide the head's R = {n_ret} retrieval tokens")
+        raise HeadError(f"G = {bad[0]} does not divide the head's R = {n_ret} retrieval tokens")
     explorer, head, index, (_, devs, test) = open_sets(head_path, None, "cleaner", "judged")
     fine = head.reshaped(n_groups=head.config.n_ret)  # one group per retrieval token: every G pools from these
     folder = cache_dir() / "query_states"
@@ -76,3 +88,22 @@ def markdown(rows: list[dict]) -> str:
     lines = ["| G (query vectors) | " + " | ".join(cols) + " |", "|---" * (len(cols) + 1) + "|"]
     lines += [f"| {r['variant']} | " + " | ".join(f"{r[c]:.3f}" for c in cols) + " |" for r in rows]
     return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m experiments groups-check G,G,… [--head H] [--out FILE]``."""
+    p = argparse.ArgumentParser(prog="python -m experiments groups-check", description=__doc__.split("\n")[0])
+    p.add_argument("groups", metavar="G,G,…", help="numbers of query vectors G (divisors of R), comma-separated")
+    p.add_argument("--head", default=str(DEFAULT_HEADS[DEFAULT_MODEL].with_suffix(".json")), help="the head to cut")
+    p.add_argument("--out", default=None, help="write the result JSON here")
+
+    def handle(args: argparse.Namespace) -> None:
+        try:
+            groups = [int(g) for g in args.groups.split(",")]
+        except ValueError:
+            raise UserError(f"G takes comma-separated whole numbers, not {args.groups!r}") from None
+        if not all(g >= 1 for g in groups):
+            raise UserError("G is a number of query vectors of at least 1")
+        print(run(args.head, groups, args.out)["markdown"])  # a bad head or G: refused before the model loads
+
+    return run_main(p, handle, argv)

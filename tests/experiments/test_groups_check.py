@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from experiments.groups_check import pool_groups
 from unreal_demo.core.head import HeadError, untrained_head
-from unreal_demo.evaluation.groups_check import pool_groups
 
 
 class TestRegrouping:

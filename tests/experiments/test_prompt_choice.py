@@ -6,10 +6,10 @@ import json
 
 import pytest
 
+from experiments import prompt_choice as prompts
 from unreal_demo.core.generation import ANSWER_RULE, DEFAULT_PROMPT, PROMPTS, SHOTS, AnswerRule, prompt_ids
 from unreal_demo.core.head import untrained_head
 from unreal_demo.data.sources import Question
-from unreal_demo.evaluation import prompts
 from unreal_demo.pipeline import Explorer
 from unreal_demo.settings import PRECOMPUTED
 
@@ -85,3 +85,15 @@ def test_the_shipped_choice_is_what_the_evaluations_use():
     shipped = json.loads((PRECOMPUTED / "prompt_choice.json").read_text())
     assert shipped["chosen"] == DEFAULT_PROMPT
     assert AnswerRule(**shipped["chosen_rule"]) == ANSWER_RULE
+
+
+@pytest.mark.parametrize("args, match", [
+    (["prompt-choice", "--methods", "nope"], "unknown prompt nope"),
+    (["prompt-choice", "--budgets", "0"], "must be at least 1"),
+])
+def test_bad_prompt_flags_are_one_line_before_any_model(capsys, args, match):
+    from experiments.__main__ import main
+
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and match in err

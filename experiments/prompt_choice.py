@@ -6,23 +6,30 @@ answer rule (budget of new tokens, first-sentence stop or not). Questions of the
 examples come from are left out. The (prompt, rule) with the highest F1 is the choice; the evaluations
 record the prompt and rule they used in their provenance. SQuAD dev is not an evaluated set here (held-out evaluation is
 SQuAD-Shifts New-Wiki), so the choice cannot leak into any reported number.
+
+    python -m experiments prompt-choice --sample 150 --budgets 16,24,32,48 --out precomputed/prompt_choice.json
+
+Record: ``precomputed/prompt_choice.json`` (the About tab shows it). Reported in docs/RESULTS.md, "The answering
+prompt and answer rule, chosen on a dev split". Adopted: the chosen prompt and rule are
+:data:`unreal_demo.core.generation.DEFAULT_PROMPT` and :data:`unreal_demo.core.generation.ANSWER_RULE`.
 """
 
 from __future__ import annotations
 
+import json
 import random
 import statistics
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from ..core.generation import ANSWER_RULE, PROMPTS, SHOT_ARTICLES, AnswerRule, prompt_ids
-from ..data.sources import load_squad
-from ..errors import UserError
-from .answers import answer_cache
-from .metrics import contained, exact_match, f1
-from .results import write_result
-from .retrieval import mean_ci, wilson
+from unreal_demo.core.generation import ANSWER_RULE, PROMPTS, SHOT_ARTICLES, AnswerRule, prompt_ids
+from unreal_demo.data.sources import load_squad
+from unreal_demo.errors import UserError
+from unreal_demo.evaluation.answers import answer_cache
+from unreal_demo.evaluation.metrics import contained, exact_match, f1
+from unreal_demo.evaluation.results import write_result
+from unreal_demo.evaluation.retrieval import mean_ci, wilson
 
 
 def dev_questions(sample: int, seed: int = 0) -> tuple[list, dict[str, str]]:
@@ -104,3 +111,40 @@ def run_prompt_choice(explorer, sample: int = 200, prompts: Sequence[str] | None
               "rule_choice": "highest F1 to two decimals (ties: contained) over every prompt and rule",
               "table": table, "markdown": "\n".join(lines)}
     return write_result(result, out, explorer, prompt="each row's own")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m experiments prompt-choice [--sample N] [--methods P,P] [--budgets B,B] [--out FILE]``."""
+    import argparse
+
+    from tqdm import tqdm
+
+    from unreal_demo.cli.common import ints, model_flags
+    from unreal_demo.pipeline import Explorer
+
+    from .common import run_main
+
+    p = argparse.ArgumentParser(prog="python -m experiments prompt-choice", description=__doc__.split("\n")[0])
+    p.add_argument("--sample", type=int, default=200, help="SQuAD dev questions")
+    p.add_argument("--methods", default=None, help="the prompts to compare, a comma list (default: all)")
+    p.add_argument("--budgets", default=None, help="answer budgets in new tokens, a comma list (16,24,32,48); each "
+                   "is a greedy prefix of the longest (default: the evaluations' budget)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", default=None, help="write the JSON result here")
+    p.add_argument("--json", action="store_true")
+    model_flags(p, dtype=True)
+
+    def handle(args: argparse.Namespace) -> None:
+        if args.sample < 1:
+            raise UserError("--sample must be at least 1")
+        prompts = check_prompts(args.methods.split(",") if args.methods else None)  # before the model loads
+        budgets = ints(args.budgets, "--budgets") if args.budgets else [ANSWER_RULE.budget]
+        explorer = Explorer.load(args.model, head=args.head, dtype=args.dtype)
+        bar = tqdm(unit="question")
+        result = run_prompt_choice(explorer, args.sample, prompts, args.seed, args.out, progress=lambda m, d, t: (
+            bar.set_description(f"prompt {m}"), setattr(bar, "total", t), bar.update(d - bar.n)), budgets=budgets)
+        bar.close()
+        print(json.dumps(result) if args.json else result["markdown"] +
+              f"\nchosen: {result['chosen']}, {AnswerRule(**result['chosen_rule']).name}")
+
+    return run_main(p, handle, argv)

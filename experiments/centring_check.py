@@ -1,6 +1,6 @@
 """Keys centred on the index's mean vector, decided on a fresh dev set no grid run has seen.
 
-The adapter grid (:mod:`adapter_run`) found centring within the dev sets' noise (dev mean R@1 0.376 against
+The adapter grid (:mod:`experiments.adapter_grid`) found centring within the dev sets' noise (dev mean R@1 0.376 against
 0.369 for the shipped head) but the largest New-Wiki test gain of any row (R@10 0.850 → 0.882), which is a
 reason to ask a fresh dev set, not to pick on the test set. This check draws new dev questions — TriviaQA
 questions of the dev split (by question hash) outside the grid's dev sample, SQuAD v1.1 questions of the dev
@@ -8,43 +8,49 @@ articles outside its dev sample; NQ-open has none left (all 198 dev questions wi
 grid) — caches their query states with the shipped head (C0 as the grid has it), and scores the shipped head
 and every finished grid variant of the same |C0| on raw and on centred keys, over the same usable chunks.
 
-    python -m unreal_demo adapter --centring-check --head precomputed/heads/smollm2-135m-mix/head.json \
-        --out precomputed/centring_check.json
+    python -m experiments centring-check --head precomputed/heads/smollm2-135m-mix/head.json \
+        --out experiments/records/centring_check/centring_check.json
+
+Record: ``centring_check.json``. Reported in docs/RESULTS.md, "Query adapter and natural questions".
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import random
 from dataclasses import asdict
-from pathlib import Path
 
-from ..core.joint_training import TextSet
-from ..core.state_training import StateSet, recall
-from ..data.natural import distant_positives, load_natural, question_split
-from ..data.sources import article_split
-from ..settings import display_path
-from .adapter_run import (
+from unreal_demo.core.cpu import status_line
+from unreal_demo.core.joint_training import TextSet
+from unreal_demo.core.state_training import StateSet, recall
+from unreal_demo.data.natural import distant_positives, load_natural, question_split
+from unreal_demo.data.sources import article_split
+from unreal_demo.evaluation.results import write_result
+from unreal_demo.pipeline import Explorer
+from unreal_demo.settings import DEFAULT_HEADS, DEFAULT_MODEL, cache_dir, display_path
+from unreal_demo.store.index import Index, shipped_folder
+from unreal_demo.training.sets import (
     NATURAL_SETS,
     bm25_contexts,
-    bm25_recall,
     cache_sets,
     cached_sets,
-    centred_keys,
     chunks_by_passage,
-    dense_recall,
     local,
     pool_of,
     usable_pool,
 )
 
+from .common import bm25_recall, centred_keys, dense_recall, grid_heads, run_main, variants_folder
+
+RECORDS = ("centring_check.json",)
 FRESH_CAP = {"tqa": 400, "squad": 300}  # fresh dev questions per set (seeded sample of those left)
 SEED = 1  # the grid's sets were drawn with seed 0
 
 
 def fresh_sets(index, n_context: int, used: list[TextSet]) -> list[TextSet]:
     """Dev-side questions of TriviaQA and SQuAD that are not in ``used`` (the grid's dev sets), with C0 and
-    positives built exactly as :func:`adapter_run.build_sets` builds them."""
+    positives built exactly as :func:`unreal_demo.training.sets.build_sets` builds them."""
     pool, texts, bm25 = usable_pool(index)
     seen = {t for s in used for t in s.texts}
     rng = random.Random(SEED)
@@ -65,29 +71,8 @@ def fresh_sets(index, n_context: int, used: list[TextSet]) -> list[TextSet]:
     return out
 
 
-def grid_heads(folder: Path, n_context: int) -> list[tuple[str, object, bool]]:
-    """Every finished grid variant in ``folder`` (``adapter_run``'s keep folder) whose head reads ``n_context``
-    C0 chunks: (label, head, trained on centred keys)."""
-    from ..core.head import QueryHead
-
-    out = []
-    for row_file in sorted(Path(folder).glob("*/row.json")):
-        row = json.loads(row_file.read_text())
-        head = QueryHead.load(row_file.parent / "head")
-        if head.config.n_context == n_context:  # a variant whose dev checks ran on the judged dev set says so
-            judged = " (step chosen on the judged dev set)" if any(":judged" in k for k in row) else ""
-            out.append((row["variant"] + judged, head, "keys" in row))
-    return sorted(out, key=lambda t: t[0])
-
-
 def run(head_path: str, out: str | None = None) -> dict:
     """The check end to end (see the module docstring); the result is written to ``out``."""
-    from ..core.cpu import status_line
-    from ..pipeline import Explorer
-    from ..settings import cache_dir
-    from ..store.index import Index, shipped_folder
-    from .results import write_result
-
     explorer = Explorer.load(head=head_path, require_head=True)
     head = explorer.head
     index = Index(shipped_folder(explorer))
@@ -115,7 +100,7 @@ def run(head_path: str, out: str | None = None) -> dict:
         return r
 
     rows = [row("shipped head (no adapter)", head, False), row("shipped head (no adapter)", head, True)]
-    for label, model, centre in grid_heads(cache_dir() / "adapter_variants", n):
+    for label, model, centre in grid_heads(variants_folder(), n):
         rows.append(row(label, model, centre))
     reference = []
     for name, fn in {"BM25": bm25_recall, "dense MiniLM": dense_recall}.items():
@@ -127,3 +112,18 @@ def run(head_path: str, out: str | None = None) -> dict:
               "sets": {s.name: len(s.texts) for s in fresh}, "rows": rows, "reference": reference,
               "cpu": status_line()}
     return write_result(result, out, explorer)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m experiments centring-check [--head H] [--out FILE]``."""
+    p = argparse.ArgumentParser(prog="python -m experiments centring-check", description=__doc__.split("\n")[0])
+    p.add_argument("--head", default=str(DEFAULT_HEADS[DEFAULT_MODEL].with_suffix(".json")), help="the head to check")
+    p.add_argument("--out", default=None, help="write the result JSON here")
+
+    def handle(args: argparse.Namespace) -> None:
+        result = run(args.head, args.out)
+        for row in result["rows"] + result["reference"]:
+            print(f"{row['variant']} ({row.get('keys', '')}): "
+                  + ", ".join(f"{k} {v}" for k, v in row.items() if "R@" in k))
+
+    return run_main(p, handle, argv)

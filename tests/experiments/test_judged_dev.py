@@ -9,8 +9,8 @@ import json
 import pytest
 import torch
 
+from experiments.judged_dev import collect, judged_positives, recall_row, top_ids, unread
 from unreal_demo.data.natural import NaturalQuestion
-from unreal_demo.evaluation.judged_dev import collect, judged_positives, recall_row, top_ids, unread
 
 
 def _candidates(tmp_path, rows):
@@ -76,7 +76,7 @@ def test_positives_recall_and_unread_by_hand():
 
 
 def test_grid_table_follows_the_dev_sets_it_was_scored_on():
-    from unreal_demo.evaluation.adapter_run import grid_columns, grid_markdown
+    from unreal_demo.training.sets import grid_columns, grid_markdown
 
     row = {"variant": "v", "dev nq:judged R@1": 0.5, "dev nq:judged R@10": 0.8, "dev squad R@1": 0.7,
            "dev squad R@10": 0.9, "dev mean R@1": 0.6, "test new_wiki R@1": 0.69, "test new_wiki R@10": 0.88}
@@ -89,7 +89,7 @@ def test_grid_table_follows_the_dev_sets_it_was_scored_on():
 def test_judged_sets_keep_texts_contexts_states_and_positives_aligned(monkeypatch):
     from unreal_demo.core.joint_training import TextSet
     from unreal_demo.core.state_training import StateSet
-    from unreal_demo.evaluation import judged_dev
+    from unreal_demo.training import judged as judged_dev
 
     qs = [NaturalQuestion(f"nq_open:{i}", f"q{i}?", ("a",)) for i in range(4)]
     monkeypatch.setattr(judged_dev, "natural_questions", lambda sets: [qs for _ in sets])
@@ -122,31 +122,20 @@ def test_collect_names_the_bad_line(tmp_path, line, message):
 
 
 @pytest.mark.parametrize("args, match", [
-    (["adapter", "--distil", "1"], "belong to --joint"),
-    (["adapter", "--joint", "--distil", "nan"], "finite number"),
-    (["adapter", "--teacher-fusion", "0.7"], "belong to --joint"),
-    (["adapter", "--seed", "1"], "belong to --joint"),
-    (["adapter", "--groups", "8"], "belong to --joint"),
-    (["adapter", "--joint", "--groups", "5", "--head", "precomputed/heads/smollm2-135m-mix-joint-seed1/head.json"],
-     "multiple of G=5"),
-    (["adapter", "--joint", "--adapter-rank", "9999"], "outside 0..576"),
-    (["adapter", "--joint", "--groups", "0"], "at least 1"),
-    (["adapter", "--joint", "--teacher-fusion", "0.7"], "needs --distil"),
-    (["adapter", "--joint", "--distil", "3", "--teacher-fusion", "1.5"], "from 0 to 1"),
-    (["adapter", "--judged", "score", "--joint"], "--judged runs alone"),
-    (["adapter", "--judged", "score", "--side", "train"], "not on the train side"),
-    (["adapter", "--judged", "collect"], "needs --verdicts"),
-    (["adapter", "--average", "a.json"], "two or more"),
-    (["adapter", "--average", "a.json,b.json", "--joint"], "runs alone"),
-    (["adapter", "--average", "a.json,b.json", "--head", "c.json"], "not with --head"),
-    (["adapter", "--groups-check", "4,x"], "comma-separated whole numbers"),
-    (["adapter", "--groups-check", "0,4"], "at least 1"),
-    (["adapter", "--groups-check", "4", "--dev", "judged"], "runs alone"),
-    (["adapter", "--groups-check", "5", "--head", "precomputed/heads/smollm2-135m-mix-joint-seed1/head.json"],
+    (["judged-dev", "score", "--side", "train"], "not on the train side"),
+    (["judged-dev", "collect"], "needs --verdicts"),
+    (["joint-runs", "--average", "a.json"], "two or more"),
+    (["joint-runs", "--average", "a.json,b.json", "--head", "c.json"], "not with --head"),
+    (["joint-runs", "--distil", "nan"], "finite number"),
+    (["groups-check", "4,x"], "comma-separated whole numbers"),
+    (["groups-check", "0,4"], "at least 1"),
+    (["groups-check", "5", "--head", "precomputed/heads/smollm2-135m-mix-joint-seed1/head.json"],
      "does not divide the head's R = 32"),
+    (["adapter-grid", "--variants", "no such variant"], "unknown variant"),
+    (["adapter-grid", "--n-context", "17"], "from 0 to 16"),
 ])
-def test_bad_adapter_flags_are_one_line(capsys, args, match):
-    from unreal_demo.__main__ import main
+def test_bad_experiment_flags_are_one_line(capsys, args, match):
+    from experiments.__main__ import main
 
     assert main(args) == 2
     err = capsys.readouterr().err.strip()
@@ -154,31 +143,10 @@ def test_bad_adapter_flags_are_one_line(capsys, args, match):
 
 
 def test_collect_before_candidates_is_one_line(capsys, tmp_path, monkeypatch):
-    from unreal_demo.__main__ import main
-    from unreal_demo.evaluation import judged_dev
+    from experiments import judged_dev
+    from experiments.__main__ import main
 
     monkeypatch.setattr(judged_dev, "candidates_path", lambda side: tmp_path / "none.jsonl")
     verdicts = _verdicts(tmp_path, [("q:0", 5, "no")])
-    assert main(["adapter", "--judged", "collect", "--verdicts", str(verdicts), "--judged-by", "me"]) == 2
-    assert "run `adapter --judged candidates" in capsys.readouterr().err
-
-
-def test_with_more_adds_the_more_side_s_judged_questions_to_their_source(monkeypatch):
-    from unreal_demo.core.joint_training import TextSet
-    from unreal_demo.evaluation import judged_dev
-
-    trains = [TextSet("nq:judged", ["a"], [["c"]], [[1]]), TextSet("squad", ["s"], [["c"]], [[2]])]
-    more = [TextSet("nq:judged", ["b", "d"], [["c2"], ["c3"]], [[4], [5, 6]])]
-    monkeypatch.setattr(judged_dev, "natural_sets", lambda index, n, side: side)
-    monkeypatch.setattr(judged_dev, "judged_sets", lambda side, sets: (more if sets == "more" else [], []))
-    out = judged_dev.with_more(trains, None, 2)
-    assert out[0] == TextSet("nq:judged", ["a", "b", "d"], [["c"], ["c2"], ["c3"]], [[1], [4], [5, 6]])
-    assert out[1] is trains[1]
-
-
-@pytest.mark.parametrize("positives, dev", [("judged-all", "dpr"), ("judged", "read")])
-def test_open_sets_refuses_unknown_positives_or_dev_before_loading_anything(positives, dev):
-    from unreal_demo.evaluation.adapter_run import open_sets
-
-    with pytest.raises(ValueError, match="positives must be one of cleaner, judged, judged-more"):
-        open_sets("no/such/head.json", None, positives, dev)
+    assert main(["judged-dev", "collect", "--verdicts", str(verdicts), "--judged-by", "me"]) == 2
+    assert "run `judged-dev candidates" in capsys.readouterr().err

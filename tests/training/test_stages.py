@@ -1,0 +1,48 @@
+"""The product's train stages: the judged sets, and the alpha and joint flags refused in one line."""
+
+from __future__ import annotations
+
+import pytest
+
+from unreal_demo.__main__ import main
+
+
+@pytest.mark.parametrize("args, match", [
+    (["train", "--distil", "1"], "--distil belong to --stage joint"),
+    (["train", "--stage", "alpha", "--teacher-fusion", "0.7"], "belong to --stage joint"),
+    (["train", "--stage", "joint", "--sources", "nyt"], "--sources belong to --stage base"),
+    (["train", "--save", "x"], "belong to --stage alpha and joint"),
+    (["train", "--stage", "joint", "--distil", "nan"], "finite number"),
+    (["train", "--stage", "joint", "--groups", "5", "--head",
+      "precomputed/heads/smollm2-135m-mix-joint-seed1/head.json"], "multiple of G=5"),
+    (["train", "--stage", "joint", "--adapter-rank", "9999"], "outside 0..576"),
+    (["train", "--stage", "joint", "--groups", "0"], "at least 1"),
+    (["train", "--stage", "joint", "--teacher-fusion", "0.7"], "needs --distil"),
+    (["train", "--stage", "joint", "--distil", "3", "--teacher-fusion", "1.5"], "from 0 to 1"),
+    (["train", "--stage", "alpha", "--steps", "0"], "at least 1"),
+])
+def test_bad_stage_flags_are_one_line_before_any_model(capsys, args, match):
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and match in err
+
+
+def test_with_more_adds_the_more_side_s_judged_questions_to_their_source(monkeypatch):
+    from unreal_demo.core.joint_training import TextSet
+    from unreal_demo.training import judged as judged_dev
+
+    trains = [TextSet("nq:judged", ["a"], [["c"]], [[1]]), TextSet("squad", ["s"], [["c"]], [[2]])]
+    more = [TextSet("nq:judged", ["b", "d"], [["c2"], ["c3"]], [[4], [5, 6]])]
+    monkeypatch.setattr(judged_dev, "natural_sets", lambda index, n, side: side)
+    monkeypatch.setattr(judged_dev, "judged_sets", lambda side, sets: (more if sets == "more" else [], []))
+    out = judged_dev.with_more(trains, None, 2)
+    assert out[0] == TextSet("nq:judged", ["a", "b", "d"], [["c"], ["c2"], ["c3"]], [[1], [4], [5, 6]])
+    assert out[1] is trains[1]
+
+
+@pytest.mark.parametrize("positives, dev", [("judged-all", "dpr"), ("judged", "read")])
+def test_open_sets_refuses_unknown_positives_or_dev_before_loading_anything(positives, dev):
+    from unreal_demo.training.judged import open_sets
+
+    with pytest.raises(ValueError, match="positives must be one of cleaner, judged, judged-more"):
+        open_sets("no/such/head.json", None, positives, dev)
