@@ -62,6 +62,8 @@ from .store.index import Index, IndexStoreError
 from .store.memory import MemoryStore
 from .store.qdrant import EDGE, SERVER, QdrantStore, Where, is_spec, open_store
 
+WATCHED_BATCH = 1024  # padded tokens per encoding batch of a document (Explorer.store): a watch is called this often
+
 # what the front ends present, from this one place (beside the types and functions defined below)
 __all__ = ["ANSWER_RULE", "CLOSED", "CORPORA", "AnswerRule", "AnswerStep", "AskStep", "BuildProgress", "Explorer",
            "FullContext", "IndexBuild", "IndexStoreError", "InputError", "Loading", "Opened", "Ranking", "StoreInfo",
@@ -298,27 +300,35 @@ class Explorer:
         with self._lock:
             self._cache.clear()
 
-    def store(self, chunks: Sequence[Chunk]) -> MemoryStore:
+    def store(self, chunks: Sequence[Chunk], watch: Callable[[int, int], None] | None = None) -> MemoryStore:
         """The store of these chunks, cached by content: its pooled keys ``(M, L_p, d)`` and token states
         (one forward pass at the head's ℓc), BM25 index and dense vectors are each computed on first use,
-        so a second question, or a second method, on the same document costs only the query side."""
+        so a second question, or a second method, on the same document costs only the query side.
+
+        ``watch(done, total)`` is called after each batch of the encoding (batches of :data:`WATCHED_BATCH`
+        tokens, a second or two on CPU): a progress report, and a way to stop, since what it raises ends the
+        encoding (nothing is kept; the next use encodes again). The latest caller's ``watch`` is the one called."""
         c = self.head.config
         key = hashlib.sha1("\x00".join([str(c.chunk_layer), str(c.n_pool)] + [ch.text for ch in chunks])
                            .encode()).hexdigest()
         with self._lock:
             if key in self._cache:
                 self._cache.move_to_end(key)
+                self._cache[key].watch = watch
                 return self._cache[key]
         texts = [ch.text for ch in chunks]
 
         def encode(parts: list | None) -> torch.Tensor:
             tokens: list[torch.Tensor] = []
-            out = encode_chunks(self.backbone, texts, c.chunk_layer, c.n_pool, c.chunk_tokens, tokens_out=tokens)
+            out = encode_chunks(self.backbone, texts, c.chunk_layer, c.n_pool, c.chunk_tokens, tokens_out=tokens,
+                                token_budget=WATCHED_BATCH,
+                                progress=lambda done, total: store.watch and store.watch(done, total))
             if parts is not None:
                 parts.append((torch.cat(tokens), torch.tensor([len(x) for x in tokens])))  # (ΣT_i, d), (M,)
             return out  # (M, L_p, d)
 
         store = MemoryStore.lazy(texts, encode)
+        store.watch = watch
         with self._lock:
             self._cache[key] = store
             while len(self._cache) > 8:
@@ -327,8 +337,9 @@ class Explorer:
 
     @torch.inference_mode()
     def rank(self, docs: Sequence[str], question: str, n: int = 5, method: str = "unreal",
-             chunks: list[Chunk] | None = None) -> Ranking:
+             chunks: list[Chunk] | None = None, watch: Callable[[int, int], None] | None = None) -> Ranking:
         """Score every chunk with ``method`` (:func:`retrieval.retrieve`) and select the top ``n`` in document order.
+        ``watch``: as :meth:`store`'s (progress of the encoding, and a way to stop it).
 
         Raises
         ------
@@ -341,18 +352,20 @@ class Explorer:
         (method,) = check([method], "document")
         t0 = time.perf_counter()
         chunks = chunks if chunks is not None else self.chunk(docs)
-        return self._rank(chunks, None, question, n, method, {"chunk": time.perf_counter() - t0})
+        return self._rank(chunks, None if watch is None else self.store(chunks, watch), question, n, method,
+                          {"chunk": time.perf_counter() - t0})
 
     @torch.inference_mode()
     def compare(self, docs: Sequence[str], question: str, n: int = 5, methods: Sequence[str] | None = None,
-                progress: Callable[[int, str], None] | None = None) -> tuple[list[Ranking], list[str]]:
+                progress: Callable[[int, str], None] | None = None,
+                watch: Callable[[int, int], None] | None = None) -> tuple[list[Ranking], list[str]]:
         """:meth:`rank` with each of ``methods`` (default: every method that ranks a document on its own) over the
         same chunks: the document is checked, chunked and looked up in the cache once, and encoded at most once
         (the store computes its keys and token states on first use and every method shares them).
 
-        ``progress(j, method)`` is called before the j-th method. Returns the rankings, in the order of ``methods``,
-        and one note per method that could not run (``"dense: <why>"``, e.g. the dense model cannot be fetched);
-        the others still compare.
+        ``progress(j, method)`` is called before the j-th method; ``watch`` as :meth:`store`'s. Returns the
+        rankings, in the order of ``methods``, and one note per method that could not run (``"dense: <why>"``,
+        e.g. the dense model cannot be fetched); the others still compare.
 
         Raises
         ------
@@ -365,7 +378,7 @@ class Explorer:
         t0 = time.perf_counter()
         chunks = self.chunk(docs)
         timings = {"chunk": time.perf_counter() - t0}
-        store = self.store(chunks)
+        store = self.store(chunks, watch)
         rankings, notes = [], []
         for j, method in enumerate(methods):
             if progress is not None:
@@ -503,14 +516,15 @@ class Explorer:
         return out
 
     def ask_stream(self, docs: Sequence[str], question: str, n: int = 5, method: str = "unreal",
-                   rule: AnswerRule = ANSWER_RULE) -> Iterator[AskStep]:
+                   rule: AnswerRule = ANSWER_RULE, watch: Callable[[int, int], None] | None = None,
+                   ) -> Iterator[AskStep]:
         """Ask (``ask`` and the Long document tab): chunk → encode → retrieve → select, then the
         streamed answer (:meth:`answer_stream`, timed from this call). The first step carries the ranking and
         no prompt (``prompt_tokens`` 0); the second the prompt's length; every later step the answer so
         far; ``timings["first_token"]`` is set once, when the first answer token exists, and
-        ``timings["total"]`` grows to the end (the last step has ``done``)."""
+        ``timings["total"]`` grows to the end (the last step has ``done``). ``watch``: as :meth:`store`'s."""
         t0 = time.perf_counter()
-        ranking = self.rank(docs, question, n, method)
+        ranking = self.rank(docs, question, n, method, watch=watch)
         yield AskStep("", 0, dict(ranking.timings), ranking=ranking)
         for s in self.answer_stream(ranking.passages, question, rule, ranking.method, ranking.timings, t0):
             yield AskStep(s.text, s.prompt_tokens, s.timings, s.done, s.stop, s.tokens, ranking=ranking)

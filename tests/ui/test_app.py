@@ -285,14 +285,16 @@ def test_compare_scores_every_method_on_the_same_chunks(client, explorer, monkey
     calls = []
     original = explorer.store
 
-    def counting(chunks):
+    def counting(chunks, watch=None):
         calls.append(len(chunks))
-        return original(chunks)
+        return original(chunks, watch)
 
     monkeypatch.setattr(explorer, "store", counting)
     doc = DOC + " A distinct tail sentence for this test."
-    _plot, table, answers, files, evidence, _notice = client.predict(doc, "What is the zebra code?", 2, True,
-                                                                     api_name="/compare")
+    _plot, table, answers, files, answer, check, _bars, _heat, evidence, chosen, *_ = client.predict(
+        doc, "What is the zebra code?", 2, True, api_name="/compare")
+    assert answer == "" and "Compare methods answers in the table" in check  # no earlier run's answer left
+    assert chosen["data"] and all("zebra" in r[-1] or r[-1] in doc for r in chosen["data"])  # this text's chunks
     headers = table["headers"]
     assert headers[:2] == ["chunk", "selected by"] and headers[-1] == "text"
     assert [r[0] for r in answers["data"]] == ["unreal", "bm25", "dense", "sparse"]

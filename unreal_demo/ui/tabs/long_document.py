@@ -3,6 +3,7 @@ every method side by side on the same chunks, the streamed answer, and downloads
 
 from __future__ import annotations
 
+import html
 import json
 import tempfile
 import time
@@ -30,7 +31,7 @@ from ..evidence import evidence_html
 from ..examples import EXAMPLES, load_examples
 from ..glossary import SYMBOLS
 from ..gpu import on_gpu
-from ..wiring import Once, Ready
+from ..wiring import RUNS, Once, Ready, Run, stepped
 
 COMPARED = names("document", single=True)  # unreal, bm25, dense, sparse
 SELECTED_COLUMNS = ["chunk", "doc", "tokens", "score", "text"]
@@ -41,6 +42,8 @@ EMPTY_TIMINGS = pd.DataFrame(columns=TIMING_COLUMNS)
 # column widths: short number columns wide enough for their header words, the text column takes the rest
 SELECTED_WIDTHS = ["9%", "8%", "10%", "11%", "62%"]
 COMPARE_WIDTHS = ["8%", "13%", *["9%"] * len(COMPARED), "43%"]
+EVIDENCE_PLACEHOLDER = ("<p class='unreal-placeholder'>The selected chunks appear here, each span coloured by how "
+                        "strongly UNREAL's query groups matched it and BM25's terms underlined.</p>")
 METHOD_INFO = ("unreal: the trained head (MaxSim); bm25: word matching; dense: sentence vectors (MiniLM); sparse: "
                "the model's own token states; hybrid-rrf: UNREAL and BM25 ranks merged; full: no selection")
 
@@ -174,9 +177,7 @@ def build_tab(loader: Loading) -> Ready:
                 "(a clear spike at the answer's chunk means a confident selection); right, for UNREAL, which "
                 "query group g (its vector q_g) matched which pooled stretch p (its vector k_p) of each top chunk: "
                 "Eq. 4 takes the best p in every row, then sums the rows.")
-    evidence = gr.HTML("<p class='unreal-placeholder'>The selected chunks appear here, each span coloured by how "
-                       "strongly UNREAL's query groups matched it and BM25's terms underlined.</p>",
-                       label="Evidence in the selected chunks")
+    evidence = gr.HTML(EVIDENCE_PLACEHOLDER, label="Evidence in the selected chunks")
     chosen = gr.Dataframe(pd.DataFrame(columns=SELECTED_COLUMNS), label="Selected chunks, document order",
                           wrap=True, interactive=False, column_widths=SELECTED_WIDTHS)
     timings = gr.Dataframe(EMPTY_TIMINGS, label="Timings against full context (when the answer is complete)",
@@ -196,13 +197,24 @@ def build_tab(loader: Loading) -> Ready:
         cmp_files = gr.File(label="Download the comparison (JSON, CSV)", file_count="multiple", interactive=False)
     upload.change(read_upload, [upload, text], text, api_name=False)
 
+    def cleared(what: str) -> tuple:
+        """Every panel of :func:`ask` emptied, before the first result of a new run arrives."""
+        waiting = f"<p class='unreal-wait'>⏳ {html.escape(what)} …</p>"
+        return ("", waiting, None, gr.update(value=None, visible=False), EVIDENCE_PLACEHOLDER,
+                pd.DataFrame(columns=SELECTED_COLUMNS), EMPTY_TIMINGS, status, None)
+
     def answering(explorer: Explorer, doc: str, q: str, n_sel: float, meth: str, full_too: bool,
-                  progress: Callable[..., object]):
-        """The tab's outputs, step by step: the ranking with a "prefilling" line, then the answer as it streams,
-        then the checked answer, timings and downloads."""
-        progress(0.1, desc="chunking and encoding")
+                  progress: Callable[..., object], run: Run | None = None):
+        """The tab's outputs, step by step: every panel cleared, the ranking with a "prefilling" line, then the
+        answer as it streams, then the checked answer, timings and downloads. ``run``'s Stop is checked after
+        every encoding batch and every answer token (:class:`wiring.Stopped`)."""
+        run = run or Run()
+        yield cleared("chunking and encoding the document")
         waiting = None
-        for step in explorer.ask_stream([doc or ""], q or "", n_sel, meth):
+        steps = explorer.ask_stream([doc or ""], q or "", n_sel, meth,
+                                    watch=run.watch(progress, "encoding the document", 0.0, 0.5))
+        for step in steps:
+            run.check()
             if not step.prompt_tokens:  # the first step: the ranking, before the prompt
                 ranking = step.ranking
                 bar_fig = plots.chunk_scores(ranking)  # MaxSim detail only for a method that has it
@@ -229,22 +241,50 @@ def build_tab(loader: Loading) -> Ready:
         out = export("ask", record, chunk_rows(ranking), {"selected": table, "timings": times})
         yield step.text, said, bar_fig, heat_fig, shown, table, times, notes or status, out
 
-    def ask(doc: str, q: str, n_sel: float, meth: str, full_too: bool = False,
-            progress=gr.Progress()):  # noqa: B008 (Gradio's idiom for progress tracking)
+    def stopped_outputs(run: Run, n_out: int, check_at: int, notice_at: int) -> tuple:
+        """What a stopped run leaves: its "Stopped after X s" line in the check and notice panels, every other
+        panel as this run left it."""
+        line = run.stopped()
+        out = [gr.skip()] * n_out
+        out[check_at] = f"<p class='unreal-stopped' id='unreal-stopped'>⏹ {html.escape(line)}</p>"
+        out[notice_at] = f"⏹ {line}"
+        return tuple(out)
+
+    def ask_steps(doc: str, q: str, n_sel: float, meth: str, full_too: bool, progress, run: Run):
         try:
-            yield from answering(loader.get(), doc, q, n_sel, meth, full_too, progress)
+            yield from answering(loader.get(), doc, q, n_sel, meth, full_too, progress, run)
         except UserError as exc:
             raise gr.Error(str(exc)) from None
 
-    def compare_all(doc: str, q: str, n_sel: float, answer_too: bool,
-                    progress=gr.Progress()):  # noqa: B008
+    async def ask(doc: str, q: str, n_sel: float, meth: str, full_too: bool = False, request: gr.Request = None,
+                  progress=gr.Progress()):  # noqa: B008 (Gradio's idiom for progress tracking)
+        run = RUNS.begin(request, "long-document")
+        async for out in stepped(ask_steps(doc, q, n_sel, meth, full_too, progress, run), run,
+                                 lambda: stopped_outputs(run, 9, 1, 7)):
+            yield out
+
+    async def compare_all(doc: str, q: str, n_sel: float, answer_too: bool, request: gr.Request = None,
+                          progress=gr.Progress()):  # noqa: B008
+        """Every method on the same chunks. Its outputs are the comparison's and every panel of the tab's own
+        run (answer, check, charts, tables, downloads): all cleared first, then the charts and selected chunks
+        drawn from UNREAL's ranking of this text, so that nothing on screen is left from another input."""
+        run = RUNS.begin(request, "long-document")
+        async for out in stepped(compare_steps(doc, q, n_sel, answer_too, progress, run), run,
+                                 lambda: stopped_outputs(run, 14, 5, 11)):
+            yield out
+
+    def compare_steps(doc: str, q: str, n_sel: float, answer_too: bool, progress, run: Run):
         try:
             explorer = loader.get()
+            yield (None, pd.DataFrame(columns=COMPARE_COLUMNS), pd.DataFrame(columns=ANSWER_COLUMNS), None,
+                   *cleared("comparing the methods on this text"), gr.update(open=True))
             answers = []
             rankings, notes = explorer.compare(  # chunked and encoded once; a method that fails becomes a note
                 [doc or ""], q or "", n_sel, COMPARED,
-                progress=lambda j, m: progress(j / len(COMPARED), desc=f"scoring with {m}"))
+                progress=lambda j, m: progress(0.5 + 0.3 * j / len(COMPARED), desc=f"scoring with {m}"),
+                watch=run.watch(progress, "encoding the document", 0.0, 0.5))
             for r in rankings if answer_too else []:
+                run.check()
                 progress(0.8, desc=f"answering with {r.method}")
                 reply = explorer.answer(r, q)
                 support, _ = checked(reply.text, r.passages, question=q)
@@ -260,27 +300,36 @@ def build_tab(loader: Loading) -> Ready:
                   "timings": {r.method: r.timings for r in rankings}}
         out = export("compare", record, [row for r in rankings for row in chunk_rows(r)],
                      {"selected": table, "answers": said})
-        return (plots.compare_methods(rankings), table, said, out,
-                evidence_html(explorer, lead, q, ranks(lead)), "\n".join(f"- {x}" for x in notes) or status,
+        heat_fig = gr.update(value=plots.group_heatmap(lead) if lead.group_sims else None,
+                             visible=bool(lead.group_sims))
+        lead_note = (f"<p class='unreal-placeholder'>Compare methods answers in the table of the comparison below "
+                     f"(tick 'answer with each method'); the charts and selected chunks here are {lead.method}'s "
+                     "ranking of this text.</p>")
+        yield (plots.compare_methods(rankings), table, said, out,
+                "", lead_note, plots.chunk_scores(lead), heat_fig, evidence_html(explorer, lead, q, ranks(lead)),
+                selected_table(lead), EMPTY_TIMINGS, "\n".join(f"- {x}" for x in notes) or status, None,
                 gr.update(open=True))
 
     outputs = [answer, check, bars, heat, evidence, chosen, timings, notice, files]
     hide_banner = {"fn": lambda: gr.update(visible=False), "inputs": None, "outputs": banner, "api_name": False,
                    "queue": False}
-    running = [run.click(on_gpu(ask), [text, question, n, method, also_full], outputs, api_name="ask",
-                         concurrency_limit=2)]
+    run.click(on_gpu(ask), [text, question, n, method, also_full], outputs, api_name="ask", concurrency_limit=2)
     run.click(**hide_banner)
-    running.append(compare.click(on_gpu(compare_all), [text, question, n, answer_each],
-                                 [cmp_plot, cmp_table, cmp_answers, cmp_files, evidence, notice, compare_box],
-                                 api_name="compare", concurrency_limit=2))
+    compare.click(on_gpu(compare_all), [text, question, n, answer_each],
+                  [cmp_plot, cmp_table, cmp_answers, cmp_files, *outputs[:-1], files, compare_box],
+                  api_name="compare", concurrency_limit=2)
     compare.click(**hide_banner)
     for button, e in zip(example_buttons, spec, strict=True):
         button.click(**hide_banner)
-        running.append(button.click(lambda e=e: (e["text"], e["question"], e["n"], e["method"]), None,
-                                    [text, question, n, method], api_name=False, queue=False)
-                       .then(on_gpu(ask), [text, question, n, method, also_full], outputs, api_name=False,
-                             concurrency_limit=2))
-    stop.click(None, None, None, cancels=running, api_name=False)
+        button.click(lambda e=e: (e["text"], e["question"], e["n"], e["method"]), None,
+                     [text, question, n, method], api_name=False, queue=False) \
+            .then(on_gpu(ask), [text, question, n, method, also_full], outputs, api_name=False, concurrency_limit=2)
+    # Stop sets the run's flag: the work ends at its next check (an encoding batch, an answer token) and the
+    # handler itself says "Stopped after X s" (a cancelled event would leave the work running and "Error" badges)
+    def stop_run(request: gr.Request) -> None:
+        RUNS.stop(request, "long-document")
+
+    stop.click(stop_run, None, None, api_name="stop_ask", queue=False)
 
     def draw_example() -> dict:
         """The needle example through :func:`answering` to its end: the outputs the button would show."""
