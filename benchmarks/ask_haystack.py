@@ -1,6 +1,6 @@
 """Time ``ask`` on the ~6,000-token needle haystack for every method, in one run (medians of --reps).
 
-    python benchmarks/ask_haystack.py [--reps 3] [--out precomputed/ask_haystack.json]
+    python benchmarks/ask_haystack.py [--reps 3] [--out benchmarks/results/ask_haystack.json]
 
 Each repetition encodes the document afresh (the encoding cache is cleared). Prints encode, retrieval,
 prefill, time to first token and total per method, and UNREAL's first-token time as a ratio of full context's.
@@ -22,7 +22,7 @@ QUESTION = "What is the secret ingredient of the best pizza in Oakland?"
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--reps", type=int, default=3)
-    parser.add_argument("--out", default="precomputed/ask_haystack.json")
+    parser.add_argument("--out", default="benchmarks/results/ask_haystack.json")
     args = parser.parse_args()
     ex = Explorer.load()
     doc = DOC.read_text()

@@ -2,6 +2,9 @@
 
     python benchmarks/codecs.py [--index DIR] [--questions 1000] [--latency 200] [--centroids 4096]
 
+Writes ``benchmarks/results/bench_codecs.json`` (the full offline index); with ``--index`` the New-Wiki index and
+``--out benchmarks/results/bench_codecs_new_wiki.json``, the New-Wiki corpus alone.
+
 Every codec (fp16, int8, sq4, pq2, rpq2, rpq3, res3, res2, res1) is made from the same built fp16 index by
 ``index.compress_index`` (no chunk re-encoded). The same UNREAL query vectors (C0 from BM25 over
 the same chunks) are scanned exactly over each codec's decoded vectors. Recall: the held-out
@@ -55,7 +58,7 @@ def main() -> None:
     parser.add_argument("--centroids", type=int, default=4096)
     parser.add_argument("--dense-codec", choices=DENSE_CODECS, default="pq2")
     parser.add_argument("--keep", default=None, help="keep the compressed indexes under this folder")
-    parser.add_argument("--out", default="precomputed/bench_codecs.json")
+    parser.add_argument("--out", default="benchmarks/results/bench_codecs.json")
     args = parser.parse_args()
     explorer = Explorer.load()
     c = explorer.head.config

@@ -103,7 +103,7 @@ def main() -> None:
     parser.add_argument("--model", default=DEFAULT_MODEL)
     parser.add_argument("--chunk-layer", type=int, default=25)
     parser.add_argument("--dtypes", default="fp32", help="comma-separated, the first is the baseline (fp32,bf16)")
-    parser.add_argument("--out", default="precomputed/bench_encode.json")
+    parser.add_argument("--out", default="benchmarks/results/bench_encode.json")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     count = 150 if args.quick else args.passages

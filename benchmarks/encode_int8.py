@@ -13,7 +13,7 @@ with the fp32 keys (from the encoding cache):
   questions: top-10 overlap of exact MaxSim over int8-encoded against fp32 keys, and R@1 / R@10 of both;
 - tokens/s of chunk encoding in fp32 and int8 on the first ``--speed-passages`` paragraphs, uncached, same run.
 
-``passed`` is true when R@1 and R@10 both move by at most 0.5 point. Written to ``precomputed/encode_int8.json``
+``passed`` is true when R@1 and R@10 both move by at most 0.5 point. Written to ``benchmarks/results/encode_int8.json``
 with the CPU line and the share of the cores other processes used during the run.
 """
 
@@ -42,7 +42,7 @@ def main() -> None:
     parser.add_argument("--questions", type=int, default=1000)
     parser.add_argument("--speed-passages", dest="speed", type=int, default=64)
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--out", default="precomputed/encode_int8.json")
+    parser.add_argument("--out", default="benchmarks/results/encode_int8.json")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     start = busy_ticks()

@@ -1,7 +1,7 @@
 """GPU timings in one run: the Triton MaxSim kernel, chunk encoding and time to first token.
 
     python benchmarks/gpu.py --config FOLDER --text FILE [--sizes 20354,100000,1000000]
-                             [--lengths 1024,...,128000] [--out precomputed/bench_gpu.json]
+                             [--lengths 1024,...,128000] [--out benchmarks/results/bench_gpu.json]
 
 Needs CUDA (the GPU machine this project is sometimes lent; CI never runs it). The default model's
 weights cannot travel to that machine, so encoding and time to first token run on a random-weight
@@ -115,7 +115,7 @@ def main() -> None:
     parser.add_argument("--lengths", default="1024,2048,4096,8000,16000,32000,64000,128000")
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--n", type=int, default=5)
-    parser.add_argument("--out", default="precomputed/bench_gpu.json")
+    parser.add_argument("--out", default="benchmarks/results/bench_gpu.json")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         raise SystemExit("benchmarks/gpu.py needs CUDA; the CPU benchmarks are maxsim.py, encode.py, ttft_breakeven.py")

@@ -101,7 +101,7 @@ def main() -> None:
     parser.add_argument("--queries", type=int, default=200)
     parser.add_argument("--sample", type=int, default=300, help="chunks for the build-path measurement")
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--out", default="precomputed/bench_index.json")
+    parser.add_argument("--out", default="benchmarks/results/bench_index.json")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     explorer = Explorer.load()

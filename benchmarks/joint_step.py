@@ -7,7 +7,7 @@ over the shipped index), the adapter head (``precomputed/heads/smollm2-135m-mix-
 time of the step's query side (forward + backward to ρ, α and the adapter) from the text, of computing the prefix
 KV once (:meth:`QueryHead.prefix_cache`, float16), and of the step from the cached prefix; their ratio, the
 largest difference of the query vectors between the two paths, and the CPU line. The MaxSim and InfoNCE part of a
-step is the same on both paths and is not timed. Writes ``precomputed/bench_joint_step.json``.
+step is the same on both paths and is not timed. Writes ``benchmarks/results/bench_joint_step.json``.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--out", default="precomputed/bench_joint_step.json")
+    parser.add_argument("--out", default="benchmarks/results/bench_joint_step.json")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     explorer = Explorer.load(head=str(HEAD), require_head=True)

@@ -356,7 +356,7 @@ def main() -> None:
     parser.add_argument("--g", type=int, default=4)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--index", default=str(SHIPPED) if SHIPPED.exists() else None)
-    parser.add_argument("--out", default="precomputed/bench_maxsim.json")
+    parser.add_argument("--out", default="benchmarks/results/bench_maxsim.json")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     start = busy_ticks()

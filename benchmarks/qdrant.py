@@ -27,7 +27,7 @@ the process's RSS (``VmRSS`` of ``/proc/self/status``, split into anonymous and 
 open to after the last search, and the peak (``VmHWM``). File-backed pages are the store's files mapped from the
 page cache (Qdrant Edge memory-maps its storage); the OS can drop them.
 
-The result (``--out``, default ``precomputed/bench_qdrant.json``) records the CPU line of
+The result (``--out``, default ``benchmarks/results/bench_qdrant.json``) records the CPU line of
 :func:`unreal_demo.core.cpu.status_line`, the threads, the load average at the start and the share of the cores
 other processes used during the run (``machine_busy`` when that share is over 10%: the timings are not
 valid).
@@ -225,7 +225,7 @@ def main() -> None:
     parser.add_argument("--datatype", default="float32", choices=("float32", "float16"),
                         help="how Qdrant stores the keys")
     parser.add_argument("--stores", default=None, help="folder of the Qdrant exports (default: <cache>/qdrant)")
-    parser.add_argument("--out", default="precomputed/bench_qdrant.json")
+    parser.add_argument("--out", default="benchmarks/results/bench_qdrant.json")
     args = parser.parse_args()
     if not 0 < args.sample <= QUESTIONS:
         raise SystemExit(f"--sample must be 1..{QUESTIONS}")

@@ -66,7 +66,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--model", default=DEFAULT_MODEL)
-    parser.add_argument("--out", default="precomputed/bench_query_encoding.json")
+    parser.add_argument("--out", default="benchmarks/results/bench_query_encoding.json")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     backbone = load_backbone(args.model)

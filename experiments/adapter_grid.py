@@ -9,8 +9,10 @@ variant "α alone, mix", which became the α stage of the default head's recipe 
     python -m experiments adapter-grid --n-context 5 --out experiments/records/adapter_grid/adapter_grid_c5.json
     python -m experiments adapter-grid --variants "α alone, mix" --save precomputed/heads/smollm2-135m-mix-alpha/head
 
-Records: ``adapter_grid.json``, ``adapter_grid_c5.json`` (:data:`RECORDS`). Reported in docs/RESULTS.md, "Query
-adapter and natural questions".
+Records (:data:`RECORDS`): the grid's ``adapter_grid.json`` and ``adapter_grid_c5.json``, and the ``dpr`` and
+``title`` rules' positives read by hand (``distant_supervision_precision.json``, ``distant_supervision_title.json``).
+Reported in docs/RESULTS.md, "What was tried and not adopted"; the runs in experiments/HISTORY.md, "Query adapter
+and natural questions".
 """
 
 from __future__ import annotations
@@ -37,7 +39,8 @@ from unreal_demo.training.sets import (
 
 from .common import bm25_recall, centred_keys, dense_recall, print_rows, run_main
 
-RECORDS = ("adapter_grid.json", "adapter_grid_c5.json")
+RECORDS = ("adapter_grid.json", "adapter_grid_c5.json",  # the grid, and the natural labels read by hand:
+           "distant_supervision_precision.json", "distant_supervision_title.json")
 
 GRID = {  # label → (train sets, overrides of StateTrainConfig): what the dev split decides, at equal budget
     "α alone, mix": (("nq", "tqa", "squad"), {"rank": 0}),
@@ -70,9 +73,9 @@ def titled(index, pooled: tuple[list[int], list[str], BM25], sets: list[TextSet]
     """The natural sets with positives by the ``title`` rule (named ``nq:title``, …): the best-ranked of BM25's top
     100 usable chunks whose passage *title* is an answer alias and whose text holds one — a chunk about the answer,
     not one that mentions it (50 read pairs: 23 right, 19 without the borderline ones; TriviaQA 22 of 41, NQ 1 of 9;
-    ``precomputed/distant_supervision_title.json``); questions without one are dropped. The questions are those
-    of the ``dpr`` sets, so their cached states serve unchanged. ``pooled``: :func:`usable_pool`'s chunk ids, texts
-    and BM25."""
+    ``experiments/records/adapter_grid/distant_supervision_title.json``); questions without one are dropped. The
+    questions are those of the ``dpr`` sets, so their cached states serve unchanged. ``pooled``: :func:`usable_pool`'s
+    chunk ids, texts and BM25."""
     pool, texts, bm25 = pooled
     titles = [index.chunks[i]["title"] for i in pool]
     out = []

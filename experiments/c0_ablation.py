@@ -4,8 +4,9 @@ gold chunk, or BM25's top 5 (:data:`C0_SOURCES`), on NQ dev and the first 100 Ne
     python -m experiments c0-ablation --head precomputed/heads/smollm2-135m-mix-adapter/head.json \\
         --out experiments/records/c0_ablation/c0_ablation.json
 
-Record: ``c0_ablation.json``. Reported in docs/RESULTS.md, "Query adapter and natural questions". Not adopted: BM25's
-top |C0| (the paper's, shipped) is the best C0 a search can have; only the gold chunk does better.
+Record: ``c0_ablation.json``. Reported in docs/RESULTS.md, "What was tried and not adopted" (history:
+experiments/HISTORY.md, "Query adapter and natural questions"). Not adopted: BM25's top |C0| (the paper's, shipped)
+is the best C0 a search has; only the gold chunk does better.
 """
 
 from __future__ import annotations

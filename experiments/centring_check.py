@@ -11,7 +11,8 @@ and every finished grid variant of the same |C0| on raw and on centred keys, ove
     python -m experiments centring-check --head precomputed/heads/smollm2-135m-mix/head.json \
         --out experiments/records/centring_check/centring_check.json
 
-Record: ``centring_check.json``. Reported in docs/RESULTS.md, "Query adapter and natural questions".
+Record: ``centring_check.json``. Reported in docs/RESULTS.md, "What was tried and not adopted" (history:
+experiments/HISTORY.md, "Query adapter and natural questions"). Not adopted: it pushes answers out of the top 10.
 """
 
 from __future__ import annotations

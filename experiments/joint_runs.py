@@ -11,10 +11,10 @@ second seed; ``--average`` averages fine-tunes of one head and scores the mean n
     python -m experiments joint-runs --average A/head.json,B/head.json --dev judged \\
         --out experiments/records/joint_runs/joint_heads_average.json
 
-Records: :data:`RECORDS`. Reported in docs/RESULTS.md, "Query adapter and natural questions" (from "The joint head:
-the default since 2026-12-06" on). Adopted: judged positives and dev checks, a quarter of the visits with C0
-without the positive, distillation 3 and seed 1 (the default head); not adopted: the rest, each for the dev reason
-RESULTS gives.
+Records: :data:`RECORDS`. Reported in docs/RESULTS.md, "What was tried and not adopted"; the runs in
+experiments/HISTORY.md (from "The joint head: the default since 2026-12-06" on). Adopted: judged positives and dev
+checks, a quarter of the visits with C0 without the positive, distillation 3 and seed 1 (the default head); not
+adopted: the rest, each for the dev reason RESULTS gives.
 """
 
 from __future__ import annotations
@@ -38,7 +38,8 @@ RECORDS = ("joint_run.json", "joint_run_c0.json", "joint_run_c0_half.json", "joi
            "joint_run_c0_quarter_lr3e-4.json", "joint_run_c0_quarter_lr3e-4_last.json", "joint_run_c5.json",
            "joint_run_judged.json", "joint_run_judged_distil.json", "joint_run_judged_distil3.json",
            "joint_run_judged_distil3_seed1.json", "joint_run_judged_more.json", "joint_run_levers.json",
-           "joint_run_r16.json", "joint_run_r256.json", "joint_run_r64.json", "joint_heads_average.json")
+           "joint_run_r16.json", "joint_run_r256.json", "joint_run_r64.json", "joint_heads_average.json",
+           "fusion_w08_amazon_joint_seed1.json")  # the last: eval retrieval --corpus amazon, the default head at w 0.8
 
 
 def run_average(head_paths: list[str], out: str | None = None, save: str | None = None, dev: str = "judged") -> dict:

@@ -19,7 +19,8 @@ head an unread alias chunk in its top 10 counts as a miss, and :func:`run` repor
 
 Records: the verdicts ``precomputed/judged/{dev,train,more}.json.gz`` (read by ``train --stage joint --positives
 judged --dev judged``, the default head's recipe) and the scores in :data:`RECORDS`. Reported in docs/RESULTS.md,
-"A natural dev set judged by reading". Adopted: the judged train positives and dev checks are the joint stage's.
+"Natural questions judged by reading" (history: experiments/HISTORY.md, "A natural dev set judged by reading").
+Adopted: the judged train positives and dev checks are the joint stage's.
 """
 
 from __future__ import annotations

@@ -7,9 +7,10 @@ examples come from are left out. The (prompt, rule) with the highest F1 is the c
 record the prompt and rule they used in their provenance. SQuAD dev is not an evaluated set here (held-out evaluation is
 SQuAD-Shifts New-Wiki), so the choice cannot leak into any reported number.
 
-    python -m experiments prompt-choice --sample 150 --budgets 16,24,32,48 --out precomputed/prompt_choice.json
+    python -m experiments prompt-choice --sample 150 --budgets 16,24,32,48 \\
+        --out experiments/records/prompt_choice/prompt_choice.json
 
-Record: ``precomputed/prompt_choice.json`` (the About tab shows it). Reported in docs/RESULTS.md, "The answering
+Record: ``prompt_choice.json`` (:data:`RECORDS`). Reported in docs/RESULTS.md, "The answering
 prompt and answer rule, chosen on a dev split". Adopted: the chosen prompt and rule are
 :data:`unreal_demo.core.generation.DEFAULT_PROMPT` and :data:`unreal_demo.core.generation.ANSWER_RULE`.
 """
@@ -31,6 +32,7 @@ from unreal_demo.evaluation.metrics import contained, exact_match, f1
 from unreal_demo.evaluation.results import write_result
 from unreal_demo.evaluation.retrieval import mean_ci, wilson
 
+RECORDS = ("prompt_choice.json",)
 
 def dev_questions(sample: int, seed: int = 0) -> tuple[list, dict[str, str]]:
     """A seeded sample of SQuAD v1.1 dev questions outside the few-shot examples' articles, and gold texts."""

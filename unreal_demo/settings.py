@@ -25,14 +25,14 @@ OFFLINE_MODELS = (DEFAULT_MODEL, SECOND_MODEL)  # the names every --model and th
 # NQ-open + TriviaQA + SQuAD (smollm2-135m-mix-alpha), then ρ and α fine-tuned jointly through the LLM on questions
 # whose answering chunks were judged by reading, with a distillation term that holds its SQuAD-style ranking; of
 # that recipe's two seeds (and their mean), seed 1 is the best on the judged dev set
-# (precomputed/joint_heads_average.json; docs/RESULTS.md, "The joint head" and "The joint recipe's second seed").
+# (docs/RESULTS.md, "The default head").
 DEFAULT_HEADS = {DEFAULT_MODEL: PRECOMPUTED / "heads" / "smollm2-135m-mix-joint-seed1" / "head"}
 
 CHUNK_TOKENS = 141  # the chunk size T: the paper's mean chunk length, used everywhere a chunk is cut
 MAX_TOKENS = 512  # a chunk is cut to this many tokens when encoded (index chunks are ~141 tokens)
 MAX_CHARS = 2_000_000  # the most text one request may bring (a pasted or uploaded document)
 MAX_N = 1_000  # the most chunks one request may ask to select (≈ 141K tokens, past every supported model's window)
-TOKENS_PER_S = 576  # index build speed on 2 CPU cores (precomputed/bench_index.json), for the app's time estimates
+TOKENS_PER_S = 576  # index build speed on 2 CPU cores (benchmarks/results/bench_index.json): the app's estimates
 
 CACHE_ENV = "UNREAL_CACHE"
 ENCODE_ENV = "UNREAL_DTYPE"

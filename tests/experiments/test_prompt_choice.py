@@ -7,11 +7,11 @@ import json
 import pytest
 
 from experiments import prompt_choice as prompts
+from experiments.common import RECORDS
 from unreal_demo.core.generation import ANSWER_RULE, DEFAULT_PROMPT, PROMPTS, SHOTS, AnswerRule, prompt_ids
 from unreal_demo.core.head import untrained_head
 from unreal_demo.data.sources import Question
 from unreal_demo.pipeline import Explorer
-from unreal_demo.settings import PRECOMPUTED
 
 CONTEXT = "Item 5 weighs 15 kilograms."
 QUESTION = "How much does item 5 weigh?"
@@ -82,7 +82,7 @@ def test_shorter_budgets_are_prefixes_of_one_answer(tiny, tmp_path, monkeypatch)
 
 
 def test_the_shipped_choice_is_what_the_evaluations_use():
-    shipped = json.loads((PRECOMPUTED / "prompt_choice.json").read_text())
+    shipped = json.loads((RECORDS / "prompt_choice" / "prompt_choice.json").read_text())
     assert shipped["chosen"] == DEFAULT_PROMPT
     assert AnswerRule(**shipped["chosen_rule"]) == ANSWER_RULE
 

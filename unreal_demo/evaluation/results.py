@@ -86,10 +86,10 @@ def head_mismatch(result: dict, explorer) -> str | None:
 
     if made.get("prompt") in PROMPTS and made["prompt"] != DEFAULT_PROMPT:
         return (f"this result's answers came from the {made['prompt']!r} prompt; the app now answers with "
-                f"{DEFAULT_PROMPT!r} (chosen on SQuAD dev, precomputed/prompt_choice.json)")
+                f"{DEFAULT_PROMPT!r} (chosen on SQuAD dev: docs/RESULTS.md, 'The answering prompt and answer rule')")
     if made.get("answer_rule", ANSWER_RULE.name) != ANSWER_RULE.name:
         return (f"this result's answers were cut at {made['answer_rule']}; the app now answers with "
-                f"{ANSWER_RULE.name} (chosen on SQuAD dev, precomputed/prompt_choice.json)")
+                f"{ANSWER_RULE.name} (chosen on SQuAD dev: docs/RESULTS.md, 'The answering prompt and answer rule')")
     return None
 
 

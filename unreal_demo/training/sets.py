@@ -222,7 +222,7 @@ def cleaner(index, usable: torch.Tensor, sets: list[TextSet], cached: list[State
             ) -> list[StateSet]:
     """The natural sets keeping only questions whose positive BM25 ranks in its top ``depth`` over the usable
     chunks (named ``nq@3``, …): fewer, cleaner positives (50 read pairs: 8 of 16 right at rank ≤ 3, 13 of 50 at
-    rank ≤ 100; ``precomputed/distant_supervision_precision.json``)."""
+    rank ≤ 100; docs/RESULTS.md, "What was tried and not adopted")."""
     out = []
     for q, c in zip(sets, cached, strict=True):
         if q.name in NATURAL_SETS:
