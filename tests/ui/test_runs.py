@@ -88,3 +88,29 @@ def test_stop_ends_the_encoding_and_says_so(client, monkeypatch):
     monkeypatch.setattr(pipeline, "encode_chunks", real)
     answer, *_ = client.predict(doc, "What must be kept?", 2, "unreal", False, api_name="/ask")
     assert isinstance(answer, str)
+
+
+def test_a_new_search_clears_the_last_ones_panels_first(client, explorer, tmp_path):
+    from unreal_demo.data.sources import Passage
+    from unreal_demo.store import index as ix
+
+    passages = [Passage(f"p{i}", f"Title {i}", f"Passage {i}: the widget{i:02d} weighs {i * 3} kilograms.",
+                        "new_wiki") for i in range(12)]
+    ix.build_index(tmp_path / "ix", explorer.backbone, passages, layer=3, n_pool=explorer.head.config.n_pool,
+                   shard_size=8)
+    where = str(tmp_path / "ix")
+    client.predict("How much does widget07 weigh?", 3, "bm25", "new_wiki", where, "", "", api_name="/search")
+    job = client.submit("How much does widget02 weigh?", 3, "bm25", "new_wiki", where, "", "", api_name="/search")
+    job.result()
+    first, last = job.outputs()[0], job.outputs()[-1]
+    assert first[0] is None and not first[1]["data"] and not first[2]["data"] and first[5] == ""
+    assert last[1]["data"][0][-1].startswith("Passage 2:")
+
+
+def test_by_layer_clears_before_scoring_another_context(client):
+    client.predict(PIZZA, "How hot is the pizza oven?", "separate", "qk_post", -1, 2, api_name="/intrinsic")
+    job = client.submit(LICENCE, "What must be kept?", "separate", "qk_post", -1, 2, api_name="/intrinsic")
+    job.result()
+    for step in job.outputs():
+        assert not _shows(step, PIZZA_WORDS)
+    assert job.outputs()[0][2].startswith("⏳")

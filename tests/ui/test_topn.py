@@ -65,3 +65,18 @@ def test_an_earlier_heads_result_points_to_the_loaded_heads_own_evidence(monkeyp
                     {"rows": rows[:1]},  # other questions
                     {"table": evidence["table"][2:]}):  # no n = 1 cell
         assert "own selection" not in note(changed), changed
+
+
+def test_the_caption_says_where_full_context_fits_from_the_data():
+    from unreal_demo.ui.tabs.topn import full_context_fit
+
+    rows = [{"method": "full", "length": x, "fits": x <= 2000} for x in (2000, 8000, 32000)]
+    assert full_context_fit(rows) == ": in these data it fits the window only up to 2K tokens"
+    assert "none of the lengths" in full_context_fit([{"method": "full", "length": 8000, "fits": False}])
+    assert full_context_fit([]) == ""
+
+
+def test_the_empty_live_table_has_the_result_columns():
+    from unreal_demo.ui.tabs.topn import SUMMARY_COLUMNS, summary_frame
+
+    assert list(summary_frame([]).columns) == SUMMARY_COLUMNS

@@ -20,8 +20,11 @@ HOW_TO_READ = (
     "head of the frozen model scores each chunk by how well the question's attention queries match the chunk's "
     "keys. The heatmaps show where each layer × head ranks the chunk that holds the answer; the benchmark above "
     "shows the same over many questions. This is what guides the choice of ℓc, the layer where chunks are read.")
-SHORT = {"label": "Short: capital of France", "question": "What is the capital of France?",
-         "text": "Paris is the capital of France. " * 8 + "The fox jumps over the lazy dog. " * 8}
+SHORT = {"label": "Short: capital of France", "question": "What is the capital of France?",  # four chunks
+         "text": "The fox jumps over the lazy dog and runs into the green field behind the old barn. " * 7 +
+         "Paris is the capital of France, and its largest city, on the river Seine. " * 4 +
+         "Rain fell on the hills all week, and the farmers waited for the sun to return. " * 7 +
+         "A small boat crossed the quiet lake at dawn while the birds sang in the tall reeds. " * 7}
 
 
 def rank_caption() -> str:
@@ -86,6 +89,8 @@ def build_tab(loader: Loading) -> Ready:
     last = gr.State({})  # per user: the chunk texts and layer × chunk scores of the last run
 
     def score(doc: str, q: str, m: str, view: str, chunk_id: float | None, at_layer: float):
+        """Every panel emptied first (nothing of an earlier context stays beside this one's), then the scores."""
+        yield None, None, "⏳ scoring every layer and head …", "", {}
         try:
             s = live_scores(loader.get(), doc, q, m, view, chunk_id)  # checks the id (an empty box: None)
         except UserError as exc:
@@ -94,7 +99,7 @@ def build_tab(loader: Loading) -> Ready:
         mine = {"chunks": s.chunks, "z": s.z}
         text = (f"chunk {cid} of {len(s.chunks)}: “{' '.join(s.chunks[cid].split()[:16])} …” — best rank "
                 f"{best} (layer × head); residual-stream rank by layer: {s.resid}")
-        return (plots.layer_head_heatmap(s.ranks, f"rank of chunk {cid} ({m}, {view})"),
+        yield (plots.layer_head_heatmap(s.ranks, f"rank of chunk {cid} ({m}, {view})"),
                 plots.layer_chunk_heatmap(s.z, f"chunk scores by layer ({m}, {view}, mean over heads)"),
                 text, top_chunk(at_layer, mine), mine)
 

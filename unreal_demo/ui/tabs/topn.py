@@ -17,12 +17,25 @@ from ...settings import PRECOMPUTED
 from .. import plots
 from ..glossary import SYMBOLS
 from ..gpu import on_gpu
-from ..wiring import Ready
+from ..wiring import RUNS, Ready, Run, stepped
 
 CAPTION = ("**What to look for.** With few chunks accuracy is limited by evidence recall (dotted): the answer "
            "may not be among the selected chunks; every extra chunk is also another distractor to read past. If "
            "the second effect wins late, accuracy rises, peaks and falls (the inverted U). Full context (dashed) "
-           "reads everything and stops fitting the window beyond 8K tokens. **What these data show:** ")
+           "reads everything{fit}. **What these data show:** ")
+
+
+def full_context_fit(rows: list[dict]) -> str:
+    """Where full context fits the model's window in ``rows`` (a result's cells), in words for :data:`CAPTION`."""
+    cells = {r["length"]: r["fits"] for r in rows if r.get("method") == "full"}
+    if not cells:
+        return ""
+    fits = sorted(x for x, ok in cells.items() if ok)
+    if not fits:
+        return f": in these data it fits the window at none of the lengths ({', '.join(map(label, sorted(cells)))})"
+    if len(fits) == len(cells):
+        return f": in these data it fits the window at every length up to {label(max(fits))}"
+    return f": in these data it fits the window only up to {label(max(fits))} tokens"
 HOW_TO_READ = (
     "**How to read this tab.** How many chunks should the model read? Each point is a benchmark result "
     "(precomputed, shown at once): many questions, each hidden in a long text, answered after each method picks n "
@@ -30,6 +43,8 @@ HOW_TO_READ = (
     "right: against the context length. Pick a precomputed run, length and metric to redraw; a small live run "
     "below adds its own plot and leaves these as they are.")
 LIVE_NS = [1, 2, 3, 5, 8, 10, 15, 20, 30]
+SUMMARY_COLUMNS = ["method", "length", "n", "questions", "EM", "F1", "contained", "evidence recall", "prompt tokens",
+                   "fits window", "CPU s / answer", "selection CPU s"]
 
 
 # The precomputed runs (in precomputed/), the first present one shown first: name -> (file, distractor setting, what)
@@ -92,7 +107,7 @@ def summary_frame(table: list[dict]) -> pd.DataFrame:
              "contained": r.get("contained"), "evidence recall": r.get("recall"),
              "prompt tokens": r.get("prompt_tokens"), "fits window": r["fits"],
              "CPU s / answer": r.get("answer_cpu_s"), "selection CPU s": r.get("retrieval_cpu_s")} for r in table]
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
 
 
 def build_tab(loader: Loading) -> Ready:
@@ -119,7 +134,7 @@ def build_tab(loader: Loading) -> Ready:
         shows = " ".join(describe_peak(rows, m, chosen, metric_name) for m in curve_methods(rows)) if chosen else \
             "nothing measured yet."
         return (plots.topn_curve(rows, chosen or 0, metric_name), plots.length_curve(rows, metric_name),
-                CAPTION + shows)
+                CAPTION.format(fit=full_context_fit(rows)) + shows)
 
     first = draw(length.value, "f1", table)
     with gr.Row():
@@ -157,28 +172,45 @@ def build_tab(loader: Loading) -> Ready:
     status = gr.Markdown()
     live_plot = gr.Plot(label="live run: accuracy against n (after a run)")
     live_caption = gr.Markdown(elem_id="unreal-live-caption")
-    live_frame = gr.Dataframe(None, label="live run: every cell", interactive=False)
+    live_frame = gr.Dataframe(pd.DataFrame(columns=SUMMARY_COLUMNS), label="live run: every cell (after a run)",
+                              interactive=False)
 
-    def live(length_label: str, ns: list[int], sample: int, metric_name: str, distractors: str = "pool",
-             progress=gr.Progress()):  # noqa: B008 (Gradio's idiom)
+    def live_steps(length_label: str, ns: list[int], sample: int, metric_name: str, distractors: str, progress,
+                   run: Run):
         from ...evaluation.longcontext.contexts import parse_lengths
         from ...evaluation.longcontext.run import run_benchmark
 
         if not ns:
             raise gr.Error("pick at least one n")
+        # nothing of an earlier live run stays
+        yield None, "", pd.DataFrame(columns=SUMMARY_COLUMNS), "⏳ running the live sample …"
+
+        def report(f: float, d: str) -> None:
+            run.check()  # Stop: the benchmark ends at its next step
+            progress(f, desc=d)
+
         try:
             out = run_benchmark(loader.get(), int(sample), parse_lengths(length_label), sorted(int(n) for n in ns),
-                                ("unreal", "bm25", "full"), distractors=distractors,
-                                progress=lambda f, d: progress(f, desc=d))
+                                ("unreal", "bm25", "full"), distractors=distractors, progress=report)
         except UserError as exc:
             raise gr.Error(str(exc)) from None
         rows = out["table"]
         fig, _, text = draw(length_label, metric_name, rows)
         note = f"Live: {out['setting']} — {out['wall_seconds']:.0f} s."
-        return fig, text.replace("**What these data show:**", "**What this live run shows:**"), \
+        yield fig, text.replace("**What these data show:**", "**What this live run shows:**"), \
             summary_frame(rows), note
 
-    running = go.click(on_gpu(live, 600), [live_length, live_ns, live_sample, metric, live_distractors],
-                       [live_plot, live_caption, live_frame, status], api_name="topn", concurrency_limit=1)
-    stop.click(None, None, None, cancels=[running], api_name=False)
+    async def live(length_label: str, ns: list[int], sample: int, metric_name: str, distractors: str = "pool",
+                   request: gr.Request = None, progress=gr.Progress()):  # noqa: B008 (Gradio's idiom)
+        run = RUNS.begin(request, "topn")
+        async for out in stepped(live_steps(length_label, ns, sample, metric_name, distractors, progress, run), run,
+                                 lambda: (gr.skip(), gr.skip(), gr.skip(), f"⏹ {run.stopped()}")):
+            yield out
+
+    def stop_run(request: gr.Request) -> None:
+        RUNS.stop(request, "topn")
+
+    go.click(on_gpu(live, 600), [live_length, live_ns, live_sample, metric, live_distractors],
+             [live_plot, live_caption, live_frame, status], api_name="topn", concurrency_limit=1)
+    stop.click(stop_run, None, None, api_name="stop_topn", queue=False)
     return Ready(enable=[go])

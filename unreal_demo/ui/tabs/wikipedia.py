@@ -4,6 +4,7 @@ same-topic contexts)."""
 
 from __future__ import annotations
 
+import html
 import json
 
 import gradio as gr
@@ -25,15 +26,18 @@ from ...pipeline import (
     check_search,
     names,
     store_filter,
+    unsupported,
 )
 from ...settings import MAX_TOKENS, PRECOMPUTED, TOKENS_PER_S, display_path
 from .. import plots
 from ..answer_check import ANSWER_LABEL, PLACEHOLDER, check_html, checked, prefill_html
 from ..evidence import hits_html
 from ..gpu import on_gpu
-from ..wiring import Ready
+from ..wiring import RUNS, Ready, Run, stepped
 
 HIT_COLUMNS = ["rank", "title", "score", "BM25 rank", "passage"]
+METHOD_INFO = ("unreal: the trained head (MaxSim); bm25: word matching; dense: sentence vectors; sparse: token "
+               "states; hybrid: UNREAL and BM25 merged")
 EXAMPLE_QUERIES = {  # held-out questions whose gold passage is in the index ("all"), and one SQuAD dev question
     "Tesla: year he moved to the US": "In what year did Tesla move to the United States?",
     "US flag: fringe first used": "When did the Army first use fringe on a flag?",
@@ -141,6 +145,13 @@ def build_tab(loader: Loading, open_stores: bool | None = None) -> Ready:
     with gr.Row(elem_classes=["unreal-examples"]):
         gr.Markdown("**Examples:**", elem_classes=["unreal-examples-label"])
         example_buttons = [gr.Button(label, size="sm", interactive=False) for label in EXAMPLE_QUERIES]
+    with gr.Row():
+        query = gr.Textbox(label="Query", scale=3)
+        k = gr.Slider(1, 50, value=10, step=1, label="k", info="how many hits to show")
+        method = gr.Radio(names("index"), value="unreal", label="method", info=METHOD_INFO)
+        with gr.Column(min_width=120, scale=0):
+            go_btn = gr.Button("Search", variant="primary", interactive=False)
+            stop = gr.Button("Stop", variant="stop")
     gr.Markdown("Exact MaxSim over every chunk of an offline Wikipedia index (Eq. 4). The index stores chunk "
                 "states at ℓc only, so it does not depend on the trained head. Building encodes every chunk once "
                 f"(about {TOKENS_PER_S} tokens/s on 2 CPU cores: New-Wiki ≈ 6 min, all ≈ 70–80 min) and resumes if "
@@ -161,15 +172,6 @@ def build_tab(loader: Loading, open_stores: bool | None = None) -> Ready:
                                      "enwiki)")
         title_box = gr.Textbox(value="", label="only titles starting with", placeholder="e.g. Nikola",
                                info="a Qdrant store: only chunks whose title starts with this")
-    with gr.Row():
-        query = gr.Textbox(label="Query", scale=3)
-        k = gr.Slider(1, 50, value=10, step=1, label="k", info="how many hits to show")
-        method = gr.Radio(names("index"), value="unreal", label="method", info=(
-            "unreal: the trained head (MaxSim); bm25: word matching; dense: sentence vectors; sparse: token "
-            "states; hybrid: UNREAL and BM25 merged"))
-        with gr.Column(min_width=120, scale=0):
-            go_btn = gr.Button("Search", variant="primary", interactive=False)
-            stop = gr.Button("Stop", variant="stop")
     chart = gr.Plot(label="Scores of the top k (after a search)")
     gr.Markdown("*What to look for:* a large gap between the first hit and the rest marks a confident match; "
                 "the BM25 rank column and the BM25 table beside show where the method and lexical matching "
@@ -209,7 +211,29 @@ def build_tab(loader: Loading, open_stores: bool | None = None) -> Ready:
         b = got.built
         return f"built {b.chunks:,} chunks in {b.seconds:.0f} s at `{display_path(b.folder)}`"
 
-    def do_search(q: str, k_: float, m: str, name: str = "all", where: str = "", source: str = "", title: str = ""):
+    def cleared_search() -> tuple:
+        """Every panel a search fills, emptied before its result arrives (the status line stays)."""
+        return (None, pd.DataFrame(columns=HIT_COLUMNS),
+                pd.DataFrame(columns=[c for c in HIT_COLUMNS if c != "BM25 rank"]), gr.skip(),
+                "<p class='unreal-wait'>⏳ searching …</p>", {}, "", PLACEHOLDER)
+
+    def search_steps(q: str, k_: float, m: str, name: str, where: str, source: str, title: str):
+        try:
+            check_search(q, k_)
+        except UserError as exc:
+            raise gr.Error(str(exc)) from None
+        yield cleared_search()
+        yield found_for(q, k_, m, name, where, source, title)
+
+    async def do_search(q: str, k_: float, m: str, name: str = "all", where: str = "", source: str = "",
+                        title: str = "", request: gr.Request = None):
+        run = RUNS.begin(request, "wikipedia")
+        async for out in stepped(search_steps(q, k_, m, name, where, source, title), run,
+                                 lambda: (gr.skip(),) * 3 + (f"⏹ {run.stopped()}",) + (gr.skip(),) * 4):
+            yield out
+
+    def found_for(q: str, k_: float, m: str, name: str = "all", where: str = "", source: str = "",
+                  title: str = ""):
         try:
             k_ = check_search(q, k_)
         except UserError as exc:
@@ -242,9 +266,16 @@ def build_tab(loader: Loading, open_stores: bool | None = None) -> Ready:
     def _cards(last: dict, copied: dict | None = None) -> str:
         return hits_html(loader.get(), last["hits"], last["query"], last["n_pool"], MAX_TOKENS, copied)
 
-    def do_answer(last: dict):
+    async def do_answer(last: dict, request: gr.Request = None):
+        run = RUNS.begin(request, "wikipedia")
+        stopped = "<p class='unreal-stopped' id='unreal-stopped'>⏹ {}</p>"
+        async for out in stepped(answer_steps(last, run), run,
+                                 lambda: (gr.skip(), stopped.format(html.escape(run.stopped())), gr.skip())):
+            yield out
+
+    def answer_steps(last: dict, run: Run):
         """The searched query answered from its top 5 hits by :meth:`Explorer.answer_stream`, the Long document
-        tab's answering path, then checked against them."""
+        tab's answering path, then checked against them; Stop is checked after every token."""
         if not last.get("hits"):
             raise gr.Error("search first")
         explorer, passages = loader.get(), [h["text"] for h in last["hits"]]
@@ -252,6 +283,7 @@ def build_tab(loader: Loading, open_stores: bool | None = None) -> Ready:
             steps = explorer.answer_stream(passages, last["query"], source="the top 5 hits")
             yield "", prefill_html(next(steps).prompt_tokens, len(passages), explorer, "hit"), gr.skip()
             for step in steps:
+                run.check()
                 yield step.text, PLACEHOLDER, gr.skip()
         except UserError as exc:
             raise gr.Error(str(exc)) from None
@@ -260,18 +292,40 @@ def build_tab(loader: Loading, open_stores: bool | None = None) -> Ready:
 
     found = [chart, table, bm25_table, status, evidence, searched, answer, check]
     where = [corpus, store_box, source_box, title_box]
-    running = [load.click(open_index, where, status, api_name=False),
-               go_btn.click(on_gpu(do_search), [query, k, method, *where], found, api_name="search"),
-               answer_btn.click(on_gpu(do_answer), searched, [answer, check, evidence], api_name=False)]
+    building = load.click(open_index, where, status, api_name=False)
+    go_btn.click(on_gpu(do_search), [query, k, method, *where], found, api_name="search")
+    answer_btn.click(on_gpu(do_answer), searched, [answer, check, evidence], api_name=False)
     for button, q in zip(example_buttons, EXAMPLE_QUERIES.values(), strict=True):
-        running.append(button.click(lambda q=q: (q, "unreal"), None, [query, method], api_name=False, queue=False)
-                       .then(on_gpu(do_search), [query, k, method, *where], found, api_name=False))
-    stop.click(None, None, None, cancels=running, api_name=False)
+        button.click(lambda q=q: (q, "unreal"), None, [query, method], api_name=False, queue=False) \
+            .then(on_gpu(do_search), [query, k, method, *where], found, api_name=False)
+
+    def stop_run(request: gr.Request) -> None:
+        RUNS.stop(request, "wikipedia")
+
+    # Stop sets the search's or answer's flag (they end saying so); a build resumes where it stopped
+    stop.click(stop_run, None, None, api_name="stop_search", queue=False)
+    stop.click(None, None, None, cancels=[building], api_name=False)
 
     def fill(explorer: Explorer) -> dict:
         ready = ready_corpora(explorer)
-        return {corpus: gr.update(value="all" if "all" in ready or not ready else ready[0]),
-                status: f"ready to search: {', '.join(ready)} (opened on the first query)" if ready else
-                "no index built yet: press 'Build or load index'"}
+        first = "all" if "all" in ready or not ready else ready[0]
+        out = {corpus: gr.update(value=first),
+               status: f"ready to search: {', '.join(ready)} (opened on the first query)" if ready else
+               "no index built yet: press 'Build or load index'"}
+        if ready:
+            try:
+                out[method] = offered(stores.open(first).store)
+            except UserError:  # opened on the first query instead, which says why
+                pass
+        return out
 
-    return Ready(enable=[load, go_btn, answer_btn, *example_buttons], fill=fill, outputs=[corpus, status])
+    return Ready(enable=[load, go_btn, answer_btn, *example_buttons], fill=fill, outputs=[corpus, status, method])
+
+
+def offered(store) -> dict:
+    """The method choices a store can serve; the others named with the reason in the control's help text (never
+    offered and then failed)."""
+    methods = names("index")
+    lacking = unsupported(store, methods)
+    info = METHOD_INFO + "".join(f" · {m} is off for this index: it needs {why}" for m, why in lacking.items())
+    return gr.update(choices=[m for m in methods if m not in lacking], info=info)
