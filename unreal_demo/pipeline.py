@@ -703,7 +703,7 @@ class Loading:
         from .core.cpu import status_line
 
         b = self._explorer.backbone
-        cpu = f" · {status_line()}" if b.device.type == "cpu" else ""
+        cpu = f" · {status_line(b.encoding_name)}" if b.device.type == "cpu" else ""
         return f"{b.name} on {b.device} ({str(b.dtype).removeprefix('torch.')}) with head {self.head_source}, " \
                f"ready in {self.seconds:.1f} s{cpu}"
 

@@ -7,17 +7,26 @@ or local folder. The first load of a GGUF model dequantises it and stores a
 safetensors copy in the cache folder, so later starts take about a second.
 
 The backbone is always frozen: ``requires_grad_(False)`` and ``eval()``.
+
+Encoding and answering may run in different precisions. The weights load in the answering dtype (fp32 on a
+CPU, whose answers are the measured ones); where the encoding dtype differs (bf16 on a CPU with bf16 units and
+a passing key-fidelity record, or ``--dtype`` / ``$UNREAL_DTYPE``), :meth:`Backbone.encoder` is a view that
+shares the tokenizer and every weight but keeps a copy of the first ℓc blocks in the encoding dtype: chunk
+encoding (Eq. 1) and the head's query encoding run through it, generation never does. Memory grows by those ℓc
+blocks only, not a second model.
 """
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import importlib.util
 import shutil
 import socket
 import tempfile
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -36,6 +45,7 @@ DTYPES = {"fp32": torch.float32, "float32": torch.float32, "bf16": torch.bfloat1
           "bfloat16": torch.bfloat16, "fp16": torch.float16, "float16": torch.float16}
 _LOCK = threading.Lock()
 _LOADED: dict[tuple, Backbone] = {}
+_VIEW_LOCK = threading.Lock()
 
 
 class BackboneError(UserError, RuntimeError):
@@ -52,12 +62,17 @@ class Backbone:
     tokenizer : its tokenizer.
     name : the model id or folder the user asked for.
     revision : a short content hash of the weights source (for manifests).
+    encode_dtype : the dtype chunks and queries are encoded in (:meth:`encoder`); None: the model's.
+    compute_dtype : set on an encoding view only: the dtype it encodes in (its weights are mixed).
     """
 
     model: nn.Module
     tokenizer: object
     name: str
     revision: str
+    encode_dtype: torch.dtype | None = None
+    compute_dtype: torch.dtype | None = field(default=None, repr=False)
+    _views: dict = field(init=False, default_factory=dict, repr=False, compare=False)
 
     @property
     def base(self) -> nn.Module:
@@ -86,13 +101,46 @@ class Backbone:
 
     @property
     def dtype(self) -> torch.dtype:
-        return next(self.model.parameters()).dtype
+        """The dtype this backbone computes in: its weights' (answering), or an encoding view's."""
+        return self.compute_dtype or next(self.model.parameters()).dtype
+
+    @property
+    def encoding_dtype(self) -> torch.dtype:
+        """The dtype chunks and queries are encoded in (:meth:`encoder`)."""
+        return self.encode_dtype or self.dtype
+
+    @property
+    def encoding_name(self) -> str:
+        """The encoding dtype's short name (``"fp32"``, ``"bf16"``, ``"fp16"``), as ``--dtype`` spells it."""
+        return {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}.get(
+            self.encoding_dtype, str(self.encoding_dtype).removeprefix("torch."))
 
     @property
     def numerics(self) -> str:
-        """What cached encodings and answers are keyed by: the revision, plus the dtype when not fp32
+        """What cached answers are keyed by: the revision, plus the answering dtype when not fp32
         (a bf16 run must not reuse fp32 results; fp32 keys stay as they always were)."""
-        return self.revision if self.dtype == torch.float32 else f"{self.revision}:{str(self.dtype)[6:]}"
+        return _numerics(self.revision, self.dtype)
+
+    @property
+    def encode_numerics(self) -> str:
+        """What cached encodings are keyed by: the revision, plus the *encoding* dtype when not fp32."""
+        return _numerics(self.revision, self.encoding_dtype)
+
+    def encoder(self, depth: int) -> Backbone:
+        """The backbone that encodes chunks to ℓc = ``depth`` (Eq. 1) and the head's queries: ``self`` where the
+        encoding dtype is the model's, else a view sharing the tokenizer and all weights except blocks
+        1..``depth``, copied once in the encoding dtype (:func:`_encoding_view`). Only the last depth asked for
+        is kept, so memory grows by one set of ℓc blocks at most."""
+        dt = self.encoding_dtype
+        if self.compute_dtype is not None or dt == self.dtype:
+            return self
+        depth = max(1, min(int(depth), self.n_layers))
+        with _VIEW_LOCK:
+            view = self._views.get((depth, dt))
+            if view is None:
+                self._views.clear()
+                view = self._views[(depth, dt)] = _encoding_view(self, depth, dt)
+            return view
 
     @property
     def sink_id(self) -> int:
@@ -115,6 +163,98 @@ class Backbone:
     def embed(self, ids: torch.Tensor) -> torch.Tensor:
         """Token embeddings ``(B, T) -> (B, T, d)``."""
         return self.model.get_input_embeddings()(ids)
+
+
+def _numerics(revision: str, dtype: torch.dtype) -> str:
+    return revision if dtype == torch.float32 else f"{revision}:{str(dtype)[6:]}"
+
+
+class _InDtype(nn.Module):
+    """A decoder block run in ``dtype``: its hidden states and rotary tables are cast on the way in, so blocks
+    of two dtypes follow one another in one forward. Attributes the decoder reads off a block
+    (``attention_type``, ``self_attn``…) are the block's."""
+
+    def __init__(self, block: nn.Module, dtype: torch.dtype) -> None:
+        super().__init__()
+        self.block, self.dtype = block, dtype
+
+    def forward(self, hidden_states: torch.Tensor, *args, **kwargs):
+        emb = kwargs.get("position_embeddings")
+        if isinstance(emb, tuple):
+            kwargs["position_embeddings"] = tuple(t.to(self.dtype) for t in emb)
+        return self.block(hidden_states.to(self.dtype), *args, **kwargs)
+
+    def __getattr__(self, name: str):
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            block = self.__dict__.get("_modules", {}).get("block")
+            if block is None:
+                raise
+            return getattr(block, name)
+
+
+class _CastEmbedding(nn.Module):
+    """The model's own embedding table (shared, not copied), its rows cast to ``dtype``."""
+
+    def __init__(self, table: nn.Module, dtype: torch.dtype) -> None:
+        super().__init__()
+        self.table, self.dtype = table, dtype
+
+    @property
+    def weight(self) -> torch.Tensor:
+        return self.table.weight
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.table(ids).to(self.dtype)
+
+
+class _Fp32Rotary(nn.Module):
+    """The rotary tables computed in fp32 whatever the input's dtype (each block casts them to its own)."""
+
+    def __init__(self, rotary: nn.Module) -> None:
+        super().__init__()
+        self.rotary = rotary
+
+    def forward(self, x: torch.Tensor, *args, **kwargs):
+        return self.rotary(x.float(), *args, **kwargs)
+
+
+def _shallow(module: nn.Module) -> nn.Module:
+    """A copy of ``module`` sharing its children, parameters and buffers, whose child list and hooks are its own."""
+    twin = copy.copy(module)
+    for key, value in vars(module).items():
+        if isinstance(value, dict):
+            twin.__dict__[key] = type(value)(value)
+    return twin
+
+
+def _encoding_view(backbone: Backbone, depth: int, dtype: torch.dtype) -> Backbone:
+    """``backbone`` with blocks 1..``depth`` copied in ``dtype`` and the blocks above shared as they are (each
+    block casts its input to its own dtype); embeddings shared and cast; rotary tables in fp32. The copies are the
+    only new memory (``depth`` blocks in ``dtype``); the original model is not touched, so generation stays in
+    its dtype."""
+    model, base = _shallow(backbone.model), _shallow(backbone.base)
+    blocks = []
+    for i, block in enumerate(backbone.blocks):
+        if i < depth:
+            block = copy.deepcopy(block).to(dtype)
+            for m in block.modules():  # a hook of a request running while the copy was made stays behind
+                m._forward_hooks.clear()
+                m._forward_pre_hooks.clear()
+        blocks.append(_InDtype(block, dtype if i < depth else backbone.dtype))
+    base.layers = nn.ModuleList(blocks)
+    base.set_input_embeddings(_CastEmbedding(backbone.base.get_input_embeddings(), dtype))
+    if isinstance(getattr(base, "rotary_emb", None), nn.Module):
+        base.rotary_emb = _Fp32Rotary(base.rotary_emb)
+    for name, child in backbone.model.named_children():
+        if child is backbone.base:
+            setattr(model, name, base)
+    if model is not backbone.model and (model.get_decoder() if hasattr(model, "get_decoder") else model.model) \
+            is not base:
+        raise BackboneError(f"{type(backbone.model).__name__}: cannot build a {dtype} encoding view")
+    return Backbone(model=model, tokenizer=backbone.tokenizer, name=backbone.name, revision=backbone.revision,
+                    compute_dtype=dtype)
 
 
 def _default_gguf(name: str, stage: Callable[[str], None]) -> tuple[Path, str] | None:
@@ -142,9 +282,10 @@ def _default_gguf(name: str, stage: Callable[[str], None]) -> tuple[Path, str] |
 
 
 def pick_device_dtype(device: str | None = None, dtype: str | None = None) -> tuple[torch.device, torch.dtype]:
-    """CUDA + bf16 when present, else CPU + the dtype :func:`cpu.choose` picks for this CPU (fp32 unless it has
-    bf16 units and bf16 passed the key-fidelity check; bf16 is ~5x slower on AVX2 CPUs); ``dtype`` (``--dtype``)
-    and ``$UNREAL_DTYPE`` override both."""
+    """The device and the *encoding* dtype: CUDA + bf16 when present, else CPU + the dtype :func:`cpu.choose`
+    picks for this CPU (fp32 unless it has bf16 units and bf16 passed the key-fidelity check; bf16 is ~5x slower
+    on AVX2 CPUs); ``dtype`` (``--dtype``) and ``$UNREAL_DTYPE`` override both. On a GPU the whole model runs
+    in it; on a CPU the weights stay fp32 (answering) and only encoding uses it (:func:`weights_dtype`)."""
     dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     dtype = dtype or env(ENCODE_ENV) or None
     if dtype is None:
@@ -152,6 +293,22 @@ def pick_device_dtype(device: str | None = None, dtype: str | None = None) -> tu
     if dtype not in DTYPES:
         raise BackboneError(f"unknown dtype {dtype!r}; use one of {sorted(DTYPES)}")
     return dev, DTYPES[dtype]
+
+
+def weights_dtype(dev: torch.device, encode: torch.dtype) -> torch.dtype:
+    """The dtype the weights load in, which answers are generated in: fp32 on a CPU (the answers measured there),
+    the encoding dtype on a GPU (as before)."""
+    return torch.float32 if dev.type == "cpu" else encode
+
+
+def _with_encoding(loaded: Backbone, key: tuple, encode: torch.dtype) -> Backbone:
+    """``loaded`` (the weights) encoding in ``encode``: itself, or one twin per dtype sharing the model."""
+    if encode == loaded.dtype:
+        return loaded
+    twin_key = (*key, "encode", str(encode))
+    if twin_key not in _LOADED:
+        _LOADED[twin_key] = dataclasses.replace(loaded, encode_dtype=encode)
+    return _LOADED[twin_key]
 
 
 def load_backbone(
@@ -180,11 +337,12 @@ def load_backbone(
         If the model cannot be found or loaded; the message says why in one line.
     """
     dev, dt = pick_device_dtype(device, dtype)
-    key = (name, str(dev), str(dt), trust_remote_code)
+    weights = weights_dtype(dev, dt)
+    key = (name, str(dev), str(weights), trust_remote_code)
     with _LOCK:
         if key not in _LOADED:
-            _LOADED[key] = _load(name, dev, dt, trust_remote_code, stage or (lambda _: None))
-        return _LOADED[key]
+            _LOADED[key] = _load(name, dev, weights, trust_remote_code, stage or (lambda _: None))
+        return _with_encoding(_LOADED[key], key, dt)
 
 
 def _load(name: str, dev: torch.device, dt: torch.dtype, trust_remote_code: bool,
@@ -260,7 +418,10 @@ def random_backbone(folder: str | Path, device: str | None = None, dtype: str | 
         raise BackboneError(f"cannot read a config and tokenizer from {folder}: {str(exc).splitlines()[0]}") from None
     config._attn_implementation = "sdpa"
     torch.manual_seed(seed)
-    return _frozen(AutoModelForCausalLM.from_config(config, dtype=dt), tokenizer, str(folder), f"random:{seed}", dev)
+    weights = weights_dtype(dev, dt)
+    loaded = _frozen(AutoModelForCausalLM.from_config(config, dtype=weights), tokenizer, str(folder),
+                     f"random:{seed}", dev)
+    return loaded if dt == weights else dataclasses.replace(loaded, encode_dtype=dt)
 
 
 def _in_hf_cache(name: str) -> bool:

@@ -187,7 +187,8 @@ def choose(cpu: CPUInfo | None = None, dtype: str | None = None, scan: str | Non
     return Choice(cpu, encode, scan, why)
 
 
-def status_line() -> str:
+def status_line(encode: str | None = None) -> str:
     """This machine's CPU and the chosen paths in one line (for the app's status line), e.g.
-    ``"AMD EPYC · AVX2 · scan fp16 via numba, encode fp32"``."""
-    return choose().line()
+    ``"AMD EPYC · AVX2 · scan fp16 via numba, encode fp32"``; ``encode`` names the dtype a loaded backbone
+    encodes in (``Backbone.encoding_name``), which wins over the rule (it may have been set by ``--dtype``)."""
+    return choose(dtype=encode).line()

@@ -145,9 +145,9 @@ def padded_batch(backbone: Backbone, rows: Sequence[Sequence[int]]) -> tuple[tor
 @torch.inference_mode()
 def query_states(backbone: Backbone, queries: Sequence[str], layer: int, max_tokens: int = 256) -> list[torch.Tensor]:
     """Each query encoded alone to block ``layer``: its token states ``(T_q, d)`` (float32, sink left out)."""
-    out = []
+    out, enc = [], backbone.encoder(layer)  # in the encoding dtype (Backbone.encoder)
     for ids in tokenize_chunks(backbone, queries, max_tokens):
-        h = run_blocks(backbone, [layer], input_ids=torch.tensor([ids], device=backbone.device))[layer]
+        h = run_blocks(enc, [layer], input_ids=torch.tensor([ids], device=backbone.device))[layer]
         out.append(h[0, 1:].float().cpu())
     return out
 
@@ -178,15 +178,17 @@ def encode_chunks(
 
     Returns
     -------
-    Tensor ``(M, n_pool, d)``, float32 on CPU.
+    Tensor ``(M, n_pool, d)``, float32 on CPU. The blocks run in the backbone's encoding dtype
+    (:meth:`Backbone.encoder`: bf16 where the CPU choice or ``--dtype`` says so).
     """
     rows = tokenize_chunks(backbone, texts, max_tokens)
+    enc = backbone.encoder(layer)
     out = torch.zeros(len(rows), n_pool, backbone.hidden_size)
     tokens: list[torch.Tensor | None] = [None] * len(rows)
     done = 0
     for batch in token_batches([len(r) for r in rows], token_budget):
         ids, mask = padded_batch(backbone, [rows[i] for i in batch])  # (B, T) each
-        states = run_blocks(backbone, [layer], input_ids=ids, attention_mask=mask)[layer]  # (B, T, d)
+        states = run_blocks(enc, [layer], input_ids=ids, attention_mask=mask)[layer]  # (B, T, d)
         lengths = mask.sum(1) - 1  # sink left out
         pooled = pool_groups(states[:, 1:].float(), lengths, n_pool)  # (B, L_p, d)
         out[torch.tensor(batch)] = pooled.cpu()
@@ -203,9 +205,10 @@ def encode_chunks(
 
 
 def cache_folder(backbone: Backbone, texts: Sequence[str], layer: int, n_pool: int, max_tokens: int) -> Path:
-    """``<cache>/encodings/<key>``: the key hashes the model (and dtype), ℓc, L_p, chunk length and every text."""
+    """``<cache>/encodings/<key>``: the key hashes the model (and its encoding dtype), ℓc, L_p, chunk length and
+    every text."""
 
-    key = hashlib.sha1(json.dumps([backbone.numerics, layer, n_pool, max_tokens, list(texts)]).encode())
+    key = hashlib.sha1(json.dumps([backbone.encode_numerics, layer, n_pool, max_tokens, list(texts)]).encode())
     return cache_dir() / "encodings" / key.hexdigest()[:20]
 
 
@@ -276,6 +279,7 @@ def warm_cache(
     for folder in folders.values():
         folder.mkdir(parents=True, exist_ok=True)
     layers = sorted({layer for layer, _ in settings})
+    enc = backbone.encoder(layers[-1])
     for n, s in enumerate(range(0, len(texts), part_size)):
         missing = [st for st in settings if not (folders[st] / f"part{n:05d}.safetensors").exists()]
         if missing:
@@ -283,7 +287,7 @@ def warm_cache(
             out = {st: torch.zeros(len(rows), st[1], backbone.hidden_size) for st in missing}
             for batch in token_batches([len(r) for r in rows], token_budget):
                 ids, mask = padded_batch(backbone, [rows[i] for i in batch])  # (B, T) each
-                states = run_blocks(backbone, layers, input_ids=ids, attention_mask=mask)  # {l: (B, T, d)}
+                states = run_blocks(enc, layers, input_ids=ids, attention_mask=mask)  # {l: (B, T, d)}
                 lengths = mask.sum(1) - 1  # sink left out
                 for layer, n_pool in missing:
                     pooled = pool_groups(states[layer][:, 1:].float(), lengths, n_pool)  # (B, L_p, d)

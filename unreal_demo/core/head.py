@@ -296,6 +296,13 @@ class QueryHead(nn.Module):
         q = q.reshape(q.shape[0], c.n_groups, c.n_ret // c.n_groups, -1).mean(2)  # (B, G, d)
         return self.adapt(q)
 
+    @torch.inference_mode()
+    def encode(self, backbone: Backbone, queries: Sequence[str], contexts: Sequence[Sequence[str]]) -> torch.Tensor:
+        """Query vectors ``(B, G, d)`` (float32) at answer time: :meth:`forward` through the backbone's encoding
+        view (:meth:`Backbone.encoder` at ℓc: blocks 1..ℓc in the encoding dtype, bf16 where the CPU choice or
+        ``--dtype`` says so, the blocks above in the model's). Training calls :meth:`forward` on the model itself."""
+        return self(backbone.encoder(self.config.chunk_layer), queries, contexts)
+
     def reshaped(self, **changes) -> QueryHead:
         """A copy of this head with :class:`HeadConfig` fields changed and the same trained values: another |C0|
         (``n_context``), its R retrieval tokens cut into another number of query vectors (``n_groups``), or a new

@@ -20,7 +20,7 @@ def contexts(store: Any, bm25_ids: torch.Tensor, n: int) -> list[list[str]]:
 @torch.inference_mode()
 def query_vectors(explorer, queries: Sequence[str], context: Sequence[Sequence[str]], batch: int = 16) -> torch.Tensor:
     """The head's G query vectors per query ``(Q, G, d)``, batches of ``batch``."""
-    return torch.cat([explorer.head(explorer.backbone, queries[s : s + batch], context[s : s + batch]).cpu()
+    return torch.cat([explorer.head.encode(explorer.backbone, queries[s : s + batch], context[s : s + batch]).cpu()
                       for s in range(0, len(queries), batch)])
 
 

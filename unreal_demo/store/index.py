@@ -123,7 +123,7 @@ def build_index(
     identity = {"model": backbone.name, "revision": backbone.revision, "chunk_layer": layer, "n_pool": n_pool,
                 "dtype": dtype, "hidden_size": backbone.hidden_size, "shard_size": shard_size, "target": target,
                 "token_states": token_states, "dense": dense,
-                "encoded_in": str(backbone.dtype).removeprefix("torch.")}  # a resumed build never mixes dtypes
+                "encoded_in": str(backbone.encoding_dtype).removeprefix("torch.")}  # a resumed build never mixes dtypes
     manifest_path = out / "manifest.json"
     count, offsets = tokenizer_counters(backbone.tokenizer)
     chunks = chunk_documents([p.text for p in passages], count, offsets, target)
