@@ -75,8 +75,6 @@ def test_flops_starts_from_the_shipped_head(capsys):
     (["eval", "retrieval", "--methods", "colbert"], "unknown method colbert"),
     (["eval", "retrieval", "--model", "some/other-model"], "no trained head ships for model"),
     (["rank", "--passages", "P", "--queries", "Q", "--model", "some/other-model"], "passages file not found"),
-    (["rank", "--passages", "README.md", "--queries", "README.md", "--method", "hybrid-fusion"],
-     "needs a fusion weight"),
     (["eval", "qa", "--methods", "oracle,magic"], "unknown method magic"),
     (["bench", "longcontext", "--methods", "unreal,magic"], "unknown method magic"),
     (["bench", "longcontext", "--lengths", "2Q"], "cannot read length"),
@@ -136,6 +134,9 @@ def test_ask_json_record(tmp_path, capsys, folder, method):
     else:
         assert any("UNTRAINED" in n for n in out["notices"])
     assert out["timings"]["total"] >= out["timings"]["first_token"] > 0 and out["prompt_tokens"] > 0
+    check = out["check"]  # the answer check of the app (evaluation.faithfulness.answer_support)
+    assert check["verdict"] in ("supported", "not found in the evidence") and isinstance(check["supported"], bool)
+    assert all(s["evidence"] for s in check["sentences"] if s["verdict"] == "supported")
 
 
 def test_rank_prints_top_k_per_query(tmp_path, capsys, folder):
@@ -152,6 +153,28 @@ def test_rank_prints_top_k_per_query(tmp_path, capsys, folder):
     assert q1["hits"][0]["id"] == "p12" and q2["hits"][0]["id"] == "p3"
     scores = [h["score"] for h in q1["hits"]]
     assert scores == sorted(scores, reverse=True) and scores[0] > 0
+
+
+def test_rank_hybrid_fusion_uses_the_heads_shipped_weight(tmp_path, capsys, folder):
+    import json
+
+    from unreal_demo.core.head import untrained_head
+    from unreal_demo.pipeline import Explorer
+
+    bb = Explorer.load(str(folder), require_head=False).backbone
+    untrained_head(bb, fusion_weight=0.7, trained=True).save(tmp_path / "head.json")
+    (tmp_path / "p.jsonl").write_text("".join(json.dumps({"id": f"p{i}", "text": t}) + "\n"
+                                              for i, t in enumerate(FILLER + [FACT])))
+    (tmp_path / "q.jsonl").write_text(json.dumps({"id": "q1", "text": "zebra code"}) + "\n")
+    out = _json_out(capsys, ["rank", "--passages", str(tmp_path / "p.jsonl"), "--queries", str(tmp_path / "q.jsonl"),
+                             "--method", "hybrid-fusion", "--k", "3", "--model", str(folder),
+                             "--head", str(tmp_path / "head.json")])
+    assert out["fusion_weight"]["w"] == 0.7 and "fitted on the dev split" in out["fusion_weight"]["source"]
+    assert len(out["results"][0]["hits"]) == 3
+    untrained_head(bb, trained=True).save(tmp_path / "none.json")  # a head without a weight: one line
+    assert main(["rank", "--passages", str(tmp_path / "p.jsonl"), "--queries", str(tmp_path / "q.jsonl"),
+                 "--method", "hybrid-fusion", "--model", str(folder), "--head", str(tmp_path / "none.json")]) == 2
+    assert "has no score-fusion weight" in capsys.readouterr().err
 
 
 def test_flops_json_matches_the_library(capsys):

@@ -33,6 +33,7 @@ def add(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> None:
     """Select evidence and answer (``--json``: the whole result)."""
     from ..data.textio import read_document
+    from ..evaluation.faithfulness import answer_support
     from ..pipeline import Explorer, check_inputs, check_n
 
     docs = [read_document(p) for p in args.doc]
@@ -42,6 +43,9 @@ def run(args: argparse.Namespace) -> None:
                              trust_remote_code=args.trust_remote_code)
     rule = AnswerRule(args.max_new_tokens, first_sentence=not args.whole_answer)
     result = explorer.ask(docs, args.question, n, args.method, rule)
+    passages = [docs[c["doc"]][c["start"]:c["end"]] for c in (result["chunks"][i] for i in result["selected"])]
+    support = answer_support(result["answer"], passages, args.question)
+    result["check"] = support.to_dict()  # evaluation.faithfulness: supported, with the quoted evidence sentence
     if args.json:
         print(json.dumps(result))
         return
@@ -49,6 +53,9 @@ def run(args: argparse.Namespace) -> None:
         print(f"note: {notice}", file=sys.stderr)
     print(f"selected chunks (document order): {result['selected']}")
     print(f"answer ({result['model']}; {rule.limit}): {result['answer']}")
+    for s in support.sentences:
+        print(f"check: {s.verdict}: “{s.sentence}”" + (f" — the evidence says “{s.evidence}”" if s.supported else
+                                                        f" ({s.reason})" if s.reason else ""))
     if result["answer_stop"] == "budget" and not complete(result["answer"]):
         print(f"note: the answer reached the {rule.budget}-token limit before its sentence ended", file=sys.stderr)
     print("timings (s): " + ", ".join(f"{k} {v:.3f}" for k, v in result["timings"].items()))

@@ -259,16 +259,21 @@ def _markdown(rows: list[dict]) -> str:
 
 def rank_jsonl(passages: str, queries: str, method: str, k: int = 10, model: str = DEFAULT_MODEL,
                head: str | None = None) -> dict:
-    """``rank`` command: top-``k`` passage ids and scores per query, best first."""
+    """``rank`` command: top-``k`` passage ids and scores per query, best first. ``hybrid-fusion`` uses the head's
+    shipped score-fusion weight (fitted on the dev split) and says so under ``fusion_weight``; a head without one
+    is refused in one line (:func:`fusion_weight`)."""
     from ..pipeline import Explorer
 
     (method,) = check([method], "corpus")
-    if method == "hybrid-fusion":
-        raise UserError("hybrid-fusion needs a fusion weight fitted on the dev split: use `eval retrieval`")
     ps, qs = read_jsonl(passages, "passages"), read_jsonl(queries, "queries")
     explorer = Explorer.load(model, head, require_head=True) if METHODS[method].model else None
+    weight = fusion_weight(explorer, [method])
     store = corpus_store([str(p["text"]) for p in ps], explorer, keep_tokens=method == "sparse")
-    found = retrieve(store, explorer, [str(q["text"]) for q in qs], k, method)
-    return {"results": [{"query": q["id"], "hits": [{"id": ps[i]["id"], "score": round(float(sc), 6)}
-                                                    for i, sc in zip(ids, scores, strict=True)]}
-                        for q, ids, scores in zip(qs, found.ids, found.scores, strict=True)]}
+    found = retrieve(store, explorer, [str(q["text"]) for q in qs], k, method, fusion_weight=weight)
+    out = {"results": [{"query": q["id"], "hits": [{"id": ps[i]["id"], "score": round(float(sc), 6)}
+                                                   for i, sc in zip(ids, scores, strict=True)]}
+                       for q, ids, scores in zip(qs, found.ids, found.scores, strict=True)]}
+    if weight is not None:
+        out["fusion_weight"] = {"w": weight, "source": f"the head's own weight, fitted on the dev split "
+                                                       f"({explorer.head_source})"}
+    return out
