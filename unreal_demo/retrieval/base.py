@@ -7,7 +7,7 @@ Example
 -------
 >>> class Shortest(Retriever):
 ...     name, label, help = "shortest", "shortest chunk", "the shortest chunks first"
-...     def search(self, store, queries, k, explorer=None, fusion_weight=None, vectors=None):
+...     def search(self, store, queries, k, query_model=None, fusion_weight=None, vectors=None):
 ...         order = sorted(range(len(store)), key=lambda i: len(store.texts[i]))[:k]
 ...         return Retrieval([order] * len(queries), [[-len(store.texts[i]) for i in order]] * len(queries))
 >>> Shortest().scopes == {"document", "corpus", "index"}
@@ -20,17 +20,29 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import torch
 
 from ..errors import InputError
 from ..store.base import topk
 
-__all__ = ["ALL_SCOPES", "Retrieval", "RetrievalError", "Retriever", "chunk_order", "timed", "topk"]
+if TYPE_CHECKING:
+    from ..core.backbone import Backbone
+    from ..core.head import QueryHead
+
+__all__ = ["ALL_SCOPES", "QueryModel", "Retrieval", "RetrievalError", "Retriever", "chunk_order", "timed", "topk"]
 
 T = TypeVar("T")
 ALL_SCOPES = frozenset({"document", "corpus", "index"})
+
+
+class QueryModel(Protocol):
+    """What the methods with ``model`` read on the query side, and nothing more: the frozen LLM and its query head
+    (a :class:`pipeline.Explorer` holds both; so may any object)."""
+
+    backbone: Backbone
+    head: QueryHead
 
 
 class RetrievalError(InputError):
@@ -81,13 +93,13 @@ class Retriever(ABC):
     trained: bool = False
 
     @abstractmethod
-    def search(self, store: Any, queries: Sequence[str], k: int, explorer: Any = None,
+    def search(self, store: Any, queries: Sequence[str], k: int, query_model: QueryModel | None = None,
                fusion_weight: float | None = None, vectors: torch.Tensor | None = None) -> Retrieval:
         """Top-``k`` chunks of ``store`` (a :class:`store.base.ChunkStore`) per query.
 
         Parameters
         ----------
-        explorer : the backbone and head (:class:`pipeline.Explorer`); None for the methods without ``model``.
+        query_model : the frozen LLM and its head (:class:`QueryModel`); None for the methods without ``model``.
         fusion_weight : w of a score fusion (``hybrid-fusion``); default the head's own.
         vectors : the head's query vectors ``(Q, G, d)`` of these queries over this store, from an earlier search
             (its ``query_vectors``), so that unreal and the hybrids encode the queries once.

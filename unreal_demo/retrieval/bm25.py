@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from .base import Retrieval, Retriever, timed, topk
+from .base import QueryModel, Retrieval, Retriever, timed, topk
 
 
 class BM25Retriever(Retriever):
@@ -16,7 +16,7 @@ class BM25Retriever(Retriever):
 
     name, label, help = "bm25", "BM25 (bm25s, stemmed)", "lexical BM25 over the chunks (bm25s)"
 
-    def search(self, store: Any, queries: Sequence[str], k: int, explorer: Any = None,
+    def search(self, store: Any, queries: Sequence[str], k: int, query_model: QueryModel | None = None,
                fusion_weight: float | None = None, vectors: torch.Tensor | None = None) -> Retrieval:
         def ranked() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
             every = store.bm25_scores(queries)  # (Q, M)

@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from .base import Retrieval, Retriever, timed
+from .base import QueryModel, Retrieval, Retriever, timed
 
 
 class DenseRetriever(Retriever):
@@ -17,7 +17,7 @@ class DenseRetriever(Retriever):
     name, label, help = "dense", "dense MiniLM-L6-v2", "cosine of all-MiniLM-L6-v2 embeddings"
     needs = ("dense",)
 
-    def search(self, store: Any, queries: Sequence[str], k: int, explorer: Any = None,
+    def search(self, store: Any, queries: Sequence[str], k: int, query_model: QueryModel | None = None,
                fusion_weight: float | None = None, vectors: torch.Tensor | None = None) -> Retrieval:
         from ..core.minilm import embed
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from .base import Retrieval, RetrievalError, Retriever
+from .base import QueryModel, Retrieval, RetrievalError, Retriever
 
 
 class FullContext(Retriever):
@@ -17,6 +17,6 @@ class FullContext(Retriever):
     name, label, help = "full", "full context", "every chunk, no selection"
     scopes, ranks = frozenset({"document"}), False
 
-    def search(self, store: Any, queries: Sequence[str], k: int, explorer: Any = None,
+    def search(self, store: Any, queries: Sequence[str], k: int, query_model: QueryModel | None = None,
                fusion_weight: float | None = None, vectors: torch.Tensor | None = None) -> Retrieval:
         raise RetrievalError("full context selects every chunk; it ranks none (use it where a document is answered)")

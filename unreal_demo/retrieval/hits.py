@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..core.maxsim import normalize_chunks
-from .base import topk
+from .base import QueryModel, topk
 from .evidence import group_similarities
 from .registry import canonical, retrieve
 
@@ -19,7 +19,8 @@ def _hits(chunks: list[dict], ids: list[int], scores: list[float]) -> list[dict]
             for r, (i, s) in enumerate(zip(ids, scores, strict=True))]
 
 
-def search(index: Any, explorer, query: str, k: int = 10, method: str = "unreal", bm25_k: int = 0) -> dict:
+def search(index: Any, query_model: QueryModel, query: str, k: int = 10, method: str = "unreal",
+           bm25_k: int = 0) -> dict:
     """Top-``k`` chunks of an index or Qdrant store for one query (:func:`registry.retrieve`): rank, chunk id,
     passage id, title, score and text per hit, with timings split into BM25, query encoding and scan.
 
@@ -32,13 +33,13 @@ def search(index: Any, explorer, query: str, k: int = 10, method: str = "unreal"
     scored here only for a method that reads none (dense, sparse).
     """
     method = canonical(method)
-    found = retrieve(index, explorer, [query], k, method)
+    found = retrieve(index, query_model, [query], k, method)
     ids, scores, timings = found.ids, found.scores, found.timings
     chunks = index.chunks
     hits = _hits(chunks, ids[0], scores[0])
     if found.query_vectors is not None and hits:
         keys = index.chunk_vectors([h["id"] for h in hits])  # (k, L_p, d)
-        if explorer.head.config.normalize:
+        if query_model.head.config.normalize:
             keys = normalize_chunks(keys)
         sims = group_similarities(found.query_vectors[0], keys)  # (k, G, L_p)
         for h, s in zip(hits, sims, strict=True):

@@ -10,7 +10,7 @@ from typing import Any
 import torch
 
 from ..core.selection import reciprocal_rank_fusion, score_fusion
-from .base import Retrieval, RetrievalError, Retriever, chunk_order, topk
+from .base import QueryModel, Retrieval, RetrievalError, Retriever, chunk_order, topk
 from .bm25 import BM25Retriever
 from .unreal import UnrealRetriever
 
@@ -32,11 +32,11 @@ class HybridRRF(Hybrid):
     name, label = "hybrid-rrf", "UNREAL + BM25, RRF (k=60)"
     help = "reciprocal-rank fusion of the UNREAL and BM25 top-100"
 
-    def search(self, store: Any, queries: Sequence[str], k: int, explorer: Any = None,
+    def search(self, store: Any, queries: Sequence[str], k: int, query_model: QueryModel | None = None,
                fusion_weight: float | None = None, vectors: torch.Tensor | None = None) -> Retrieval:
         timings: dict[str, float] = {}
         depth = max(k, RRF_DEPTH)
-        _, u_ids, q, b_ids, b_scores = self.unreal.top(store, explorer, queries, depth, timings, vectors=vectors)
+        _, u_ids, q, b_ids, b_scores = self.unreal.top(store, query_model, queries, depth, timings, vectors=vectors)
         fused = [reciprocal_rank_fusion([u, b])[:k] for u, b in zip(u_ids.tolist(), b_ids.tolist(), strict=True)]
         return Retrieval([[i for i, _ in r] for r in fused], [[s for _, s in r] for r in fused], timings, q,
                          bm25_scores=b_scores)
@@ -49,11 +49,11 @@ class HybridFusion(Hybrid):
     help = "w·z(UNREAL) + (1−w)·z(BM25), w fitted on the dev split"
     scopes = frozenset({"corpus", "index"})
 
-    def search(self, store: Any, queries: Sequence[str], k: int, explorer: Any = None,
+    def search(self, store: Any, queries: Sequence[str], k: int, query_model: QueryModel | None = None,
                fusion_weight: float | None = None, vectors: torch.Tensor | None = None) -> Retrieval:
         timings: dict[str, float] = {}
-        scores, ids, q, _, b_scores = self.unreal.top(store, explorer, queries, len(store), timings, vectors=vectors)
-        weight = explorer.head.config.fusion_weight if fusion_weight is None else fusion_weight
+        scores, ids, q, _, b_scores = self.unreal.top(store, query_model, queries, len(store), timings, vectors=vectors)
+        weight = query_model.head.config.fusion_weight if fusion_weight is None else fusion_weight
         if weight is None:
             raise RetrievalError("hybrid-fusion needs a fusion weight fitted on the dev split; this head has none "
                                  "(fit it with `python -m unreal_demo eval heads --head HEAD.json --save-fusion`)")

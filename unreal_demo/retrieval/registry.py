@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from .base import Retrieval, RetrievalError, Retriever, chunk_order
+from .base import QueryModel, Retrieval, RetrievalError, Retriever, chunk_order
 from .bm25 import BM25Retriever
 from .dense import DenseRetriever
 from .full import FullContext
@@ -90,7 +90,7 @@ def unsupported(store: Any, methods: Sequence[str]) -> dict[str, str]:
 
 
 @torch.inference_mode()
-def retrieve(store, explorer, queries: Sequence[str], k: int, method: str,
+def retrieve(store, query_model: QueryModel | None, queries: Sequence[str], k: int, method: str,
              fusion_weight: float | None = None, vectors: torch.Tensor | None = None) -> Retrieval:
     """Top-``k`` chunks per query by ``method`` over ``store``: the one query path of the project.
 
@@ -98,7 +98,7 @@ def retrieve(store, explorer, queries: Sequence[str], k: int, method: str,
     ----------
     store : a :class:`store.base.ChunkStore` (:class:`store.memory.MemoryStore`, :class:`store.index.Index`,
         :class:`store.qdrant.QdrantStore`).
-    explorer : the backbone and head (:class:`pipeline.Explorer`); None for bm25 and dense.
+    query_model : the frozen LLM and its head (:class:`base.QueryModel`); None for bm25 and dense.
     method : a registry name (or an alias, see :func:`canonical`).
     fusion_weight : w of ``hybrid-fusion``; default the head's own (fitted on the dev split, ``eval heads``).
     vectors : the head's query vectors ``(Q, G, d)`` of these queries over this store, from an earlier
@@ -112,13 +112,13 @@ def retrieve(store, explorer, queries: Sequence[str], k: int, method: str,
     method = canonical(method)
     if method not in METHODS:
         raise RetrievalError(f"unknown retrieval method {method!r}; use {', '.join(names('corpus'))}")
-    if METHODS[method].model and explorer is None:
+    if METHODS[method].model and query_model is None:
         raise RetrievalError(f"{method} needs the model and its head")
-    return METHODS[method].search(store, list(queries), k, explorer, fusion_weight, vectors)
+    return METHODS[method].search(store, list(queries), k, query_model, fusion_weight, vectors)
 
 
-def all_scores(store, explorer, queries: Sequence[str], method: str,
+def all_scores(store, query_model: QueryModel | None, queries: Sequence[str], method: str,
                fusion_weight: float | None = None) -> tuple[Retrieval, torch.Tensor]:
     """:func:`retrieve` over every chunk, and every chunk's score ``(Q, M)`` in chunk order."""
-    found = retrieve(store, explorer, queries, len(store), method, fusion_weight)
+    found = retrieve(store, query_model, queries, len(store), method, fusion_weight)
     return found, chunk_order(torch.tensor(found.ids), torch.tensor(found.scores), len(store))

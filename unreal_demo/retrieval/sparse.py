@@ -24,7 +24,7 @@ import torch
 
 from ..core.backbone import Backbone
 from ..core.encoding import query_states
-from .base import Retrieval, Retriever, timed, topk
+from .base import QueryModel, Retrieval, Retriever, timed, topk
 from .unreal import check_model
 
 K = 64  # stored tokens each query token retrieves
@@ -162,11 +162,11 @@ class SparseRetriever(Retriever):
                            for s in range(0, len(query_tokens), QUERY_BATCH)])  # (Q, M)
         return topk(fuse(local, pooled_scores(query_tokens, store.chunk_means())), k)
 
-    def search(self, store: Any, queries: Sequence[str], k: int, explorer: Any = None,
+    def search(self, store: Any, queries: Sequence[str], k: int, query_model: QueryModel | None = None,
                fusion_weight: float | None = None, vectors: torch.Tensor | None = None) -> Retrieval:
-        check_model(store, explorer, self.name)
+        check_model(store, query_model, self.name)
         timings: dict[str, float] = {}
         qt = timed(timings, "query_encoding",
-                   lambda: query_token_states(explorer.backbone, queries, explorer.head.config.chunk_layer))
+                   lambda: query_token_states(query_model.backbone, queries, query_model.head.config.chunk_layer))
         scores, ids = timed(timings, "scan", lambda: self.top(store, qt, k))
         return Retrieval(ids.tolist(), scores.tolist(), timings, token_states=qt)

@@ -10,7 +10,7 @@ import torch
 
 from ..core.encoding import query_states
 from ..core.maxsim import normalize_chunks
-from .base import Retrieval, Retriever, timed, topk
+from .base import QueryModel, Retrieval, Retriever, timed, topk
 from .unreal import check_model
 
 
@@ -21,13 +21,13 @@ class UntrainedRetriever(Retriever):
     help = "no training: mean-pooled states, cosine"
     model, needs, scopes = True, ("keys",), frozenset({"corpus"})
 
-    def search(self, store: Any, queries: Sequence[str], k: int, explorer: Any = None,
+    def search(self, store: Any, queries: Sequence[str], k: int, query_model: QueryModel | None = None,
                fusion_weight: float | None = None, vectors: torch.Tensor | None = None) -> Retrieval:
-        check_model(store, explorer, self.name)
+        check_model(store, query_model, self.name)
         timings: dict[str, float] = {}
-        layer = explorer.head.config.chunk_layer
+        layer = query_model.head.config.chunk_layer
         means = timed(timings, "query_encoding", lambda: torch.stack(
-            [h.mean(0) for h in query_states(explorer.backbone, queries, layer)]))  # (Q, d)
+            [h.mean(0) for h in query_states(query_model.backbone, queries, layer)]))  # (Q, d)
 
         def scan() -> tuple[torch.Tensor, torch.Tensor]:
             passages = normalize_chunks(store.chunk_means()[:, None])[:, 0]  # (M, d)
