@@ -111,7 +111,7 @@ def test_tab_time_to_first_token_is_the_librarys(client, explorer, monkeypatch):
     ("", "q?", 3, "document is empty"), (DOC, " ", 3, "question is empty"),
     ("\x7fELF\x02\x01\x01\x00\x00\x00 pasted binary", "q?", 3, "the document: looks binary or damaged"),
     (DOC, "what is \x03\x04?", 3, "the question: looks binary or damaged"),
-    (DOC, "q?", 2.5, r"n must be a whole number from 1 to 1,000 \(got 2.5\)"),
+    (DOC, "q?", 2.5, r"n must be a whole number from 1 to 30 \(got 2.5\)"),  # the slider's range
     (DOC, "q?", 0, "Value 0 is less than minimum value 1"),  # the slider's own range check
     (DOC, "q?", 100_000, "Value 100000 is greater than maximum value 30"),
 ])

@@ -114,3 +114,9 @@ def test_by_layer_clears_before_scoring_another_context(client):
     for step in job.outputs():
         assert not _shows(step, PIZZA_WORDS)
     assert job.outputs()[0][2].startswith("⏳")
+
+
+def test_titles_are_shown_decoded():
+    from unreal_demo.ui.evidence import title_text
+
+    assert title_text("Marxism%E2%80%93Leninism") == "Marxism–Leninism" and title_text("Paris") == "Paris"

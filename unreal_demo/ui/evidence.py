@@ -12,6 +12,7 @@ there, the words it copies from a chunk are marked (:func:`evaluation.faithfulne
 from __future__ import annotations
 
 import html
+import urllib.parse
 from collections.abc import Sequence
 
 from ..pipeline import Explorer, Ranking
@@ -25,6 +26,16 @@ LEGEND = ("<div class='unreal-legend'><span class='unreal-swatch' style='backgro
 Mark = tuple[int, int, str]  # characters [start, end) and the hover text
 Spans = dict[int, list[tuple[int, int]]]  # a chunk (or hit) -> character spans [start, end) the answer copies
 
+
+
+def title_text(title: str) -> str:
+    """A passage title as a reader writes it: percent-escapes of a URL decoded (``Marxism%E2%80%93Leninism`` →
+    ``Marxism–Leninism``), underscores as spaces.
+
+    >>> title_text("Marxism%E2%80%93Leninism"), title_text("New_York_City")
+    ('Marxism–Leninism', 'New York City')
+    """
+    return urllib.parse.unquote(title).replace("_", " ") if "%" in title or "_" in title else title
 
 def _shade(score: float, low: float, high: float) -> str:
     share = 0.5 if high <= low else (score - low) / (high - low)
@@ -127,7 +138,7 @@ def hits_html(explorer: Explorer, hits: Sequence[dict], query: str, n_pool: int,
     segments = {h["rank"]: scored_segments(tok, h["text"], n_pool, max_tokens, h["group_sims"])
                 for h in hits if "group_sims" in h}
     low, high = _range(segments)
-    cards = [_card(f"{h['rank']}. {html.escape(h['title'])} · score {h['score']:.3f}", h["text"],
+    cards = [_card(f"{h['rank']}. {html.escape(title_text(h['title']))} · score {h['score']:.3f}", h["text"],
                    segments.get(h["rank"]), bm25_terms(query, h["text"]), low, high,
                    copied=(copied or {}).get(j, ())) for j, h in enumerate(hits)]
     return LEGEND + "".join(cards)

@@ -22,6 +22,7 @@ from ...pipeline import (
     Loading,
     Ranking,
     UserError,
+    check_n,
     names,
     read_document,
 )
@@ -33,6 +34,7 @@ from ..glossary import SYMBOLS
 from ..gpu import on_gpu
 from ..wiring import RUNS, Once, Ready, Run, stepped
 
+MOST_N = 30  # the n slider's top: an n outside 1..MOST_N is refused with this range
 COMPARED = names("document", single=True)  # unreal, bm25, dense, sparse
 SELECTED_COLUMNS = ["chunk", "doc", "tokens", "score", "text"]
 TIMING_COLUMNS = ["method", "prompt tokens", "encode s", "retrieval s", "prefill s", "time to first token s"]
@@ -146,6 +148,9 @@ def build_tab(loader: Loading) -> Ready:
     with gr.Row(elem_classes=["unreal-examples"]):
         gr.Markdown("**Examples:**", elem_classes=["unreal-examples-label"])
         example_buttons = [gr.Button(e["label"], size="sm", interactive=False) for e in spec]
+    if spec:
+        gr.Markdown("Each example states the answer it should get: " + "; ".join(
+            f"*{e['label']}*: {e['note']}" for e in spec) + ".", elem_classes=["unreal-examples-note"])
     worked = spec[0] if spec else None
     banner = gr.Markdown("⏳ **Worked example**: the needle example's result is drawn here once the model has "
                          "loaded (computed once at start-up).", elem_id="unreal-example",
@@ -157,7 +162,7 @@ def build_tab(loader: Loading) -> Ready:
             upload = gr.File(label="…or upload a .txt / .md file", file_types=[".txt", ".md"], type="filepath")
         with gr.Column(scale=2):
             question = gr.Textbox(label="Question", lines=2, value=worked["question"] if worked else "")
-            n = gr.Slider(1, 30, value=5, step=1, label="n (chunks to select)", info=SYMBOLS["n"])
+            n = gr.Slider(1, MOST_N, value=5, step=1, label="n (chunks to select)", info=SYMBOLS["n"])
             method = gr.Radio(names("document"), value="unreal", label="Method", info=METHOD_INFO)
             also_full = gr.Checkbox(label="also time full context (slow on CPU)", value=False)
             with gr.Row():
@@ -209,6 +214,7 @@ def build_tab(loader: Loading) -> Ready:
         answer as it streams, then the checked answer, timings and downloads. ``run``'s Stop is checked after
         every encoding batch and every answer token (:class:`wiring.Stopped`)."""
         run = run or Run()
+        n_sel = check_n(n_sel, "n", MOST_N)  # the slider's range: refused, never clamped
         yield cleared("chunking and encoding the document")
         waiting = None
         steps = explorer.ask_stream([doc or ""], q or "", n_sel, meth,
@@ -275,6 +281,7 @@ def build_tab(loader: Loading) -> Ready:
 
     def compare_steps(doc: str, q: str, n_sel: float, answer_too: bool, progress, run: Run):
         try:
+            n_sel = check_n(n_sel, "n", MOST_N)
             explorer = loader.get()
             yield (None, pd.DataFrame(columns=COMPARE_COLUMNS), pd.DataFrame(columns=ANSWER_COLUMNS), None,
                    *cleared("comparing the methods on this text"), gr.update(open=True))

@@ -31,7 +31,7 @@ from ...pipeline import (
 from ...settings import MAX_TOKENS, PRECOMPUTED, TOKENS_PER_S, display_path
 from .. import plots
 from ..answer_check import ANSWER_LABEL, PLACEHOLDER, check_html, checked, prefill_html
-from ..evidence import hits_html
+from ..evidence import hits_html, title_text
 from ..gpu import on_gpu
 from ..wiring import RUNS, Ready, Run, stepped
 
@@ -52,7 +52,7 @@ HOW_TO_READ = (
 
 
 def _hits_table(result: dict, bm25_rank: dict[int, int]) -> pd.DataFrame:
-    return pd.DataFrame([{"rank": h["rank"], "title": h["title"], "score": h["score"],
+    return pd.DataFrame([{"rank": h["rank"], "title": title_text(h["title"]), "score": h["score"],
                           "BM25 rank": bm25_rank.get(h["id"]), "passage": h["text"].strip()}
                          for h in result["hits"]], columns=HIT_COLUMNS)
 
@@ -253,7 +253,7 @@ def build_tab(loader: Loading, open_stores: bool | None = None) -> Ready:
         except UserError as exc:
             raise gr.Error(str(exc)) from None
         bm25_rank = {h["id"]: h["rank"] for h in bm25["hits"]}
-        fig = go.Figure(go.Bar(x=[f"{h['rank']}. {h['title'][:24]}" for h in result["hits"]],
+        fig = go.Figure(go.Bar(x=[f"{h['rank']}. {title_text(h['title'])[:24]}" for h in result["hits"]],
                                y=[h["score"] for h in result["hits"]], marker_color="#e4572e"))
         t = result["timings"]
         fig.update_layout(title=f"top {len(result['hits'])} by {m} — query {t.get('query_encoding', 0):.2f} s, "
