@@ -301,6 +301,26 @@ def test_stop_cancels_a_run_after_its_prefilling_state(page):
     time.sleep(3)  # ten more words, had it gone on
     assert len(SAID) == said and answer.input_value() == shown
     assert 0 < said < 60
+    sync_api.expect(page.locator("#unreal-stopped")).to_contain_text("Stopped after")  # said, not an error
+    assert page.get_by_text("Error", exact=True).count() == 0
+
+
+def test_a_new_document_leaves_nothing_of_the_last_one(page):
+    """Ask on one text, then Ask and Compare on another: no panel shows the first text's chunks or answer."""
+    tab = open_tab(page, "Long document")
+    box = page.get_by_placeholder("Paste a long document…")
+    box.fill(DOC)
+    tab.get_by_label("Question", exact=True).fill("What is the zebra code?")
+    tab.get_by_role("radio", name="bm25").check()
+    page.get_by_role("button", name="Select evidence and answer").click()
+    sync_api.expect(tab.locator("#unreal-answer-check")).to_contain_text("Answer check", timeout=60_000)
+    box.fill(GPL)
+    tab.get_by_label("Question", exact=True).fill(GPL_QUESTION)
+    page.get_by_role("button", name="Compare methods").click()
+    sync_api.expect(tab.locator("#unreal-answer-check")).to_contain_text("Compare methods answers", timeout=60_000)
+    page.wait_for_timeout(1000)
+    shown = tab.inner_text()
+    assert "zebra" not in shown and "4417" not in shown and "Cats sleep" not in shown
 
 
 def test_every_tab_is_reachable_at_800_px(url, browser):
@@ -359,3 +379,20 @@ def test_the_start_up_page_turns_into_the_app(browser, tmp_path):
         for s in servers:
             s.shutdown()
             s.server_close()
+
+
+def test_the_worked_example_fits_the_first_screen(url, browser):
+    """At 1,400 × 900 the worked example's question, answer and selected chunks are on screen without scrolling."""
+    page = browser.new_page(viewport={"width": 1400, "height": 900})
+    try:
+        page.goto(url)
+        page.get_by_text("ready in").first.wait_for(timeout=60_000)
+        tab = page.locator("[role=tabpanel]:visible").first
+        answer = tab.get_by_label(ANSWER_LABEL)
+        sync_api.expect(answer).not_to_have_value("", timeout=120_000)  # the worked example, drawn once loaded
+        for part in (tab.get_by_label("Question", exact=True), answer, tab.get_by_text("Selected chunks, document "
+                                                                                       "order").first):
+            box = part.bounding_box()
+            assert box is not None and box["y"] + min(box["height"], 40) <= 900, box
+    finally:
+        page.close()

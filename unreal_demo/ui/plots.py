@@ -153,9 +153,12 @@ def layer_curves(result: dict, k: int = 1) -> go.Figure:
             fig.add_scatter(x=layers, y=curve[key], mode="lines", name=f"{mode} · {view} · {key}",
                             line={"dash": styles[mode]}, visible=True if "best" in key or view == "resid"
                             else "legendonly")
-    for ref, color in (("random", "#666"), ("bm25", "#2e86ab"), ("unreal", ACCENT)):
+    # each reference's label at its own end of the line, so that two equal values (bm25 and unreal at 1.00) do
+    # not print over each other
+    for ref, color, where in (("random", "#666", "bottom right"), ("bm25", "#2e86ab", "top left"),
+                              ("unreal", ACCENT, "top right")):
         fig.add_hline(y=result["references"][ref][f"R@{k}"], line_dash="dash", line_color=color,
-                      annotation_text=f"{ref} {result['references'][ref][f'R@{k}']:.2f}")
+                      annotation_text=f"{ref} {result['references'][ref][f'R@{k}']:.2f}", annotation_position=where)
     return fig.update_layout(title=f"gold chunk recall@{k} by layer ({result['sample']} held-out questions)",
                              xaxis_title="layer", yaxis_title=f"recall@{k}", yaxis_range=[0, 1], height=420)
 

@@ -13,19 +13,12 @@ from pathlib import Path
 import gradio as gr
 import pandas as pd
 
-from ...pipeline import (
-    ANSWER_RULE,
-    AskStep,
-    Explorer,
-    FullContext,
-    InputError,
-    Loading,
-    Ranking,
-    UserError,
-    check_n,
-    names,
-    read_document,
-)
+from ...core.generation import ANSWER_RULE
+from ...data.textio import read_document
+from ...errors import InputError, UserError
+from ...pipeline import AskStep, Explorer, FullContext, Ranking, check_n
+from ...retrieval.registry import names
+from ...serving import Loading
 from .. import plots
 from ..answer_check import ANSWER_LABEL, PLACEHOLDER, check_html, checked, prefill_html, verdict
 from ..evidence import evidence_html
@@ -155,11 +148,13 @@ def build_tab(loader: Loading) -> Ready:
     banner = gr.Markdown("⏳ **Worked example**: the needle example's result is drawn here once the model has "
                          "loaded (computed once at start-up).", elem_id="unreal-example",
                          elem_classes=["unreal-example"], visible=worked is not None)
-    with gr.Row():
+    with gr.Row():  # the first screen: the text, the question and its controls, the answer and the chunks it used
         with gr.Column(scale=3):
-            text = gr.Textbox(label="Document", lines=12, max_lines=20, placeholder="Paste a long document…",
+            text = gr.Textbox(label="Document", lines=6, max_lines=12, placeholder="Paste a long document…",
                               value=worked["text"] if worked else "")
-            upload = gr.File(label="…or upload a .txt / .md file", file_types=[".txt", ".md"], type="filepath")
+            answer = gr.Textbox(label=ANSWER_LABEL, lines=2, elem_classes=["unreal-answer"],
+                                placeholder="The answer appears here, token by token.")
+            check = gr.HTML(PLACEHOLDER, elem_id="unreal-answer-check")
         with gr.Column(scale=2):
             question = gr.Textbox(label="Question", lines=2, value=worked["question"] if worked else "")
             n = gr.Slider(1, MOST_N, value=5, step=1, label="n (chunks to select)", info=SYMBOLS["n"])
@@ -172,9 +167,10 @@ def build_tab(loader: Loading) -> Ready:
                 compare = gr.Button("Compare methods", interactive=False)
                 answer_each = gr.Checkbox(label="answer with each method", value=False)
             notice = gr.Markdown(status, elem_classes=["unreal-notice"] if status else None)
-    answer = gr.Textbox(label=ANSWER_LABEL, lines=3, elem_classes=["unreal-answer"],
-                        placeholder="The answer appears here, token by token.")
-    check = gr.HTML(PLACEHOLDER, elem_id="unreal-answer-check")
+            upload = gr.File(label="…or upload a .txt / .md file", file_types=[".txt", ".md"], type="filepath",
+                             height=90)
+    chosen = gr.Dataframe(pd.DataFrame(columns=SELECTED_COLUMNS), label="Selected chunks, document order",
+                          wrap=True, interactive=False, column_widths=SELECTED_WIDTHS, max_height=260)
     with gr.Row():
         bars = gr.Plot(label="Per-chunk scores (after a run)", min_width=420)
         heat = gr.Plot(label="MaxSim detail (after an UNREAL run)", visible=False, min_width=420)
@@ -183,8 +179,6 @@ def build_tab(loader: Loading) -> Ready:
                 "query group g (its vector q_g) matched which pooled stretch p (its vector k_p) of each top chunk: "
                 "Eq. 4 takes the best p in every row, then sums the rows.")
     evidence = gr.HTML(EVIDENCE_PLACEHOLDER, label="Evidence in the selected chunks")
-    chosen = gr.Dataframe(pd.DataFrame(columns=SELECTED_COLUMNS), label="Selected chunks, document order",
-                          wrap=True, interactive=False, column_widths=SELECTED_WIDTHS)
     timings = gr.Dataframe(EMPTY_TIMINGS, label="Timings against full context (when the answer is complete)",
                            wrap=True, interactive=False)
     files = gr.File(label="Download: rankings with scores and chunk offsets, timings, answer (JSON, CSV)",
