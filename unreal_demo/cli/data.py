@@ -45,18 +45,20 @@ def run(args: argparse.Namespace) -> None:
     for name in names:
         by_archive.setdefault(SOURCES[name].filename, []).append(name)
     for filename, group in by_archive.items():
-        archive = SOURCES[group[0]].archive
-        had = archive.exists() or all(SOURCES[n].path.exists() for n in group)
+        source = SOURCES[group[0]]
+        had = all(a.exists() for a in source.archives) or all(SOURCES[n].path.exists() for n in group)
         with tqdm(desc=filename[:40], unit="B", unit_scale=True, unit_divisor=1024, leave=False) as bar:
             def progress(done: int, total: int, seconds: float, bar: tqdm = bar) -> None:
+                if done < bar.n:  # the next part of a source cut over several packages
+                    bar.reset()
                 bar.total = total or None
                 bar.update(done - bar.n)
 
             start = time.time()
             fetch_sources(group, progress)
-        got = archive.stat().st_size if archive.exists() else 0
+        got = sum(a.stat().st_size for a in source.archives if a.exists())
         how = "cached" if had else f"fetched {got / 2**20:.1f} MiB"
         for name in group:
             st = source_status(name)
-            print(f"{name:<10} ok  {st['bytes on disk'] / 2**20:8.1f} MiB on disk  ({how} from {filename}, "
+            print(f"{name:<10} ok  {st['bytes on disk'] / 2**20:8.1f} MiB on disk  ({how} from {source.origin}, "
                   f"{time.time() - start:.1f} s, SHA-256 checked)")

@@ -62,6 +62,16 @@ class Source:
         return cache_dir() / "downloads" / self.filename
 
     @property
+    def archives(self) -> list[Path]:
+        """Every archive the source is read from: its one archive, or each of its parts' in order."""
+        return [cache_dir() / "downloads" / f for _, f, _ in self.parts] if self.parts else [self.archive]
+
+    @property
+    def origin(self) -> str:
+        """The package file(s) it comes from, as ``data fetch`` names them."""
+        return f"{self.parts[0][1]} … {self.parts[-1][1]}" if self.parts else self.filename
+
+    @property
     def path(self) -> Path:
         """Where the extracted member lives in the cache: a file by its own name, a folder by the source's."""
         folder = cache_dir() / ("models" if self.kind == "model" else "data")
