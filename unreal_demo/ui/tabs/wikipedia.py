@@ -11,29 +11,20 @@ import gradio as gr
 import pandas as pd
 import plotly.graph_objects as go
 
+from ...errors import UserError
 from ...evaluation.longcontext.report import qa_table
 from ...evaluation.qa import BOUNDS
 from ...evaluation.results import head_mismatch, made_by
-from ...pipeline import (
-    CORPORA,
-    BuildProgress,
-    Explorer,
-    IndexStoreError,
-    Loading,
-    StoreInfo,
-    Stores,
-    UserError,
-    check_search,
-    names,
-    store_filter,
-    unsupported,
-)
+from ...pipeline import BuildProgress, Explorer, check_search
+from ...retrieval.registry import names, unsupported
+from ...serving import CORPORA, Loading, StoreInfo, Stores, store_filter
 from ...settings import MAX_TOKENS, PRECOMPUTED, TOKENS_PER_S, display_path
+from ...store.index import IndexStoreError
 from .. import plots
 from ..answer_check import ANSWER_LABEL, PLACEHOLDER, check_html, checked, prefill_html
 from ..evidence import hits_html, title_text
 from ..gpu import on_gpu
-from ..wiring import RUNS, Ready, Run, stepped
+from ..wiring import RUNS, Once, Ready, Run, stepped
 
 HIT_COLUMNS = ["rank", "title", "score", "BM25 rank", "passage"]
 METHOD_INFO = ("unreal: the trained head (MaxSim); bm25: word matching; dense: sentence vectors; sparse: token "
@@ -109,7 +100,7 @@ def _filter_text(terms: list[tuple[str, str, str]]) -> str:
 
 
 def describe(info: StoreInfo) -> str:
-    """The status line of an opened index or Qdrant store (:func:`pipeline.store_info`): where, codec or storage
+    """The status line of an opened index or Qdrant store (:func:`serving.store_info`): where, codec or storage
     type, chunks, passages, size on disk (an index folder or a Qdrant Edge folder), the filter and the search of a
     Qdrant store."""
     size = "" if info.mib is None else f" · {info.mib:.1f} MiB"
@@ -130,8 +121,8 @@ def ready_corpora(explorer: Explorer) -> list[str]:
 
 def build_tab(loader: Loading, open_stores: bool | None = None) -> Ready:
     """The tab; ``open_stores`` False (a public app) hides the store and filter boxes, refuses a folder, store or
-    filter sent to its functions (:data:`pipeline.CLOSED <unreal_demo.pipeline.CLOSED>`) and builds no index
-    (:class:`pipeline.Stores <unreal_demo.pipeline.Stores>`); None (the default) reads
+    filter sent to its functions (:data:`serving.CLOSED <unreal_demo.serving.CLOSED>`) and builds no index
+    (:class:`serving.Stores <unreal_demo.serving.Stores>`); None (the default) reads
     :func:`settings.open_stores <unreal_demo.settings.open_stores>`.
 
     Raises
@@ -319,7 +310,24 @@ def build_tab(loader: Loading, open_stores: bool | None = None) -> Ready:
                 pass
         return out
 
-    return Ready(enable=[load, go_btn, answer_btn, *example_buttons], fill=fill, outputs=[corpus, status, method])
+    def draw_example() -> dict:
+        """The first example query searched with UNREAL on the first ready index and answered from its top 5,
+        through the tab's own functions, once after start-up: the tab opens with a result, not empty boxes.
+        Nothing (the boxes stay empty) when no index is ready."""
+        explorer = loader.get()
+        ready = ready_corpora(explorer)
+        if not ready:
+            return {}
+        q = next(iter(EXAMPLE_QUERIES.values()))
+        name = "all" if "all" in ready else ready[0]
+        found_now = found_for(q, 10, "unreal", name)
+        *_, (said, checked_html, cards) = answer_steps(found_now[5], Run())
+        shown = dict(zip(found, found_now, strict=True)) | {answer: said, check: checked_html, evidence: cards}
+        return shown | {query: q, method: gr.update(value="unreal"), corpus: gr.update(value=name)}
+
+    return Ready(enable=[load, go_btn, answer_btn, *example_buttons], fill=fill,
+                 outputs=[corpus, status, method, query, chart, table, bm25_table, evidence, searched, answer, check],
+                 example=Once(draw_example))
 
 
 def offered(store) -> dict:
