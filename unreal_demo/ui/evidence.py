@@ -18,9 +18,10 @@ from collections.abc import Sequence
 from ..pipeline import Explorer, Ranking
 from ..retrieval.evidence import Segment, bm25_terms, matched_token_spans, scored_segments
 
-LEGEND = ("<div class='unreal-legend'><span class='unreal-swatch' style='background:rgba(255,140,0,0.08)'>"
-          "low</span><span class='unreal-swatch' style='background:rgba(255,140,0,0.85)'>high</span> UNREAL: "
-          "max over query groups of ⟨q_g, k_p⟩ for each pooled span (hover for the group and score) · "
+LEGEND = ("<div class='unreal-legend'><span class='unreal-swatch' style='background:rgba(255,140,0,0.2)'>"
+          "good</span><span class='unreal-swatch' style='background:rgba(255,140,0,0.85)'>best</span> UNREAL: "
+          "the pooled spans whose max over query groups of ⟨q_g, k_p⟩ is in the top 40% of the range shown "
+          "(the rest unshaded; hover any span for its group and score) · "
           "<u>underlined</u>: BM25's matched query terms · <span class='unreal-tok'>boxed</span>: tokens a "
           "question token retrieved (sparse) · <mark class='unreal-copy'>marked</mark>: words the answer copies</div>")
 Mark = tuple[int, int, str]  # characters [start, end) and the hover text
@@ -37,9 +38,16 @@ def title_text(title: str) -> str:
     """
     return urllib.parse.unquote(title).replace("_", " ") if "%" in title or "_" in title else title
 
+SHADED = 0.6  # the share of the shown score range above which a span is shaded: the evidence, not the whole chunk
+
+
 def _shade(score: float, low: float, high: float) -> str:
-    share = 0.5 if high <= low else (score - low) / (high - low)
-    return f"rgba(255,140,0,{0.08 + 0.77 * share:.2f})"
+    """A span's background: none below :data:`SHADED` of the score range shown, then orange deepening to the top
+    score, so that the shading points at the best-matched stretches instead of covering every span."""
+    share = 1.0 if high <= low else (score - low) / (high - low)
+    if share < SHADED:
+        return "transparent"
+    return f"rgba(255,140,0,{0.2 + 0.65 * (share - SHADED) / (1 - SHADED):.2f})"
 
 
 def _marked(text: str, terms: Sequence[tuple[int, int, str]], start: int, end: int,
