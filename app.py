@@ -17,7 +17,7 @@ from unreal_demo.settings import DEFAULT_MODEL, env, open_stores  # standard lib
 from unreal_demo.ui.splash import Splash  # standard library only: the port serves before anything heavy imports
 
 if TYPE_CHECKING:
-    from unreal_demo.pipeline import Loading
+    from unreal_demo.serving import Loading
 
 
 def _report(loader: Loading) -> None:
@@ -61,7 +61,7 @@ def main() -> int:
           flush=True)
     splash.step("importing PyTorch and the UNREAL library")
     from unreal_demo.errors import UserError
-    from unreal_demo.pipeline import Loading
+    from unreal_demo.serving import Loading
 
     args.model = args.model or DEFAULT_MODEL
 

@@ -13,7 +13,8 @@ import json
 import statistics
 from pathlib import Path
 
-from unreal_demo.pipeline import METHODS, Explorer
+from unreal_demo.pipeline import Explorer
+from unreal_demo.retrieval.registry import METHODS
 
 DOC = Path(__file__).resolve().parents[1] / "assets" / "examples" / "needle_haystack.txt"
 QUESTION = "What is the secret ingredient of the best pizza in Oakland?"

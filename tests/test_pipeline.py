@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import pytest
 
+from unreal_demo import serving
 from unreal_demo.core.generation import AnswerRule
 from unreal_demo.core.head import untrained_head
-from unreal_demo.pipeline import Explorer, FullContext, IndexStoreError, InputError
+from unreal_demo.errors import InputError
+from unreal_demo.pipeline import Explorer, FullContext
+from unreal_demo.store.index import IndexStoreError
 
 DOC = " ".join(f"Fact number {i} says the value is {i * 7}." for i in range(120))
 
@@ -129,14 +132,15 @@ def test_compare_chunks_and_encodes_the_document_once(explorer, monkeypatch):
 
 
 def test_every_answer_path_streams_through_stream_passages(explorer, monkeypatch):
-    """ask_stream, answer_stream, answer and full_context all answer through stream_passages: the prompt's length
-    first, then the answer with its timings; ask() is ask_stream's last step."""
+    """ask_stream, answer_stream, answer and full_context all answer through stream_passages, given the prompt's
+    token ids they counted first: the prompt's length first, then the answer with its timings; ask() is ask_stream's
+    last step."""
     seen = []
     original = explorer.stream_passages
 
-    def recording(passages, question, rule, source):
-        seen.append((len(passages), source))
-        return original(passages, question, rule, source)
+    def recording(passages, question, rule, source, ids=None):
+        seen.append((len(passages), source, ids is not None))
+        return original(passages, question, rule, source, ids)
 
     monkeypatch.setattr(explorer, "stream_passages", recording)
     steps = list(explorer.ask_stream([DOC], "What does fact 7 say?", 2, "bm25", AnswerRule(3, first_sentence=False)))
@@ -150,7 +154,7 @@ def test_every_answer_path_streams_through_stream_passages(explorer, monkeypatch
     assert full.fits and full.prompt_tokens > reply.prompt_tokens and full.first_token >= full.prefill > 0
     assert explorer.full_context(ranking, "What does fact 7 say?") == FullContext(full.prompt_tokens, True,
                                                                                  full.window)
-    assert seen == [(2, "bm25"), (2, "bm25"), (len(ranking.chunks), "full")]
+    assert seen == [(2, "bm25", True), (2, "bm25", True), (len(ranking.chunks), "full", True)]
 
 
 def _corpus(tmp_path, n=10):
@@ -200,23 +204,22 @@ def _stores(explorer, tmp_path, monkeypatch, n=6):
     passages = load_corpus([str(_corpus(tmp_path, n))])
     monkeypatch.setattr(pipeline, "load_corpus",
                         lambda names: passages if names in (["new_wiki"], ["squad_dev"]) else pytest.fail())
-    return pipeline.Loading.of(explorer)
+    return serving.Loading.of(explorer)
 
 
 def test_stores_build_a_missing_corpus_index_once_then_open_it(explorer, tmp_path, monkeypatch):
     """Stores.load builds the corpus's own index in the cache when none opens, then opens it; a public app's
     Stores builds nothing (one line saying how to build the index), opens the index once built, and refuses any
     folder (CLOSED)."""
-    from unreal_demo import pipeline
 
     loader = _stores(explorer, tmp_path, monkeypatch)
-    closed = pipeline.Stores(loader, open_any=False)
+    closed = serving.Stores(loader, open_any=False)
     with pytest.raises(IndexStoreError, match=r"builds none for visitors: build it on your own machine with "
                                               r"`python -m unreal_demo index build --corpus new_wiki --out DIR`"
                        ) as refused:
         closed.load("new_wiki")
     assert len(str(refused.value).splitlines()) == 1 and not explorer.index_ready("new_wiki")
-    stores = pipeline.Stores(loader, open_any=True)
+    stores = serving.Stores(loader, open_any=True)
     with pytest.raises(IndexStoreError):
         stores.open("new_wiki")  # nothing built yet
     got = stores.load("new_wiki")
@@ -233,12 +236,11 @@ def test_stores_build_a_missing_corpus_index_once_then_open_it(explorer, tmp_pat
 @pytest.mark.parametrize("corpus", ["/etc/x.jsonl", "../../x", "", None])
 def test_stores_open_and_build_only_the_built_in_corpora(explorer, monkeypatch, corpus):
     """A corpus name is checked below the UI: anything but CORPORA (a path, a file) is one line, before any work."""
-    from unreal_demo import pipeline
     from unreal_demo.data.sources import BUILT_IN
 
-    assert list(pipeline.CORPORA) == [*BUILT_IN, "all"]
+    assert list(serving.CORPORA) == [*BUILT_IN, "all"]
     monkeypatch.setattr(explorer, "build_index", lambda *a, **k: pytest.fail("built"))
-    stores = pipeline.Stores(pipeline.Loading.of(explorer), open_any=True)
+    stores = serving.Stores(serving.Loading.of(explorer), open_any=True)
     for call in (stores.open, stores.load):
         with pytest.raises(InputError, match=r"^unknown corpus .*: the indexes are of new_wiki, squad_dev, summaries, "
                                              r"enwiki, all$"):
@@ -254,14 +256,13 @@ def test_a_build_holds_up_no_other_store_and_runs_once(explorer, tmp_path, monke
     import threading
     import time
 
-    from unreal_demo import pipeline
     from unreal_demo.data.sources import load_corpus
     from unreal_demo.store import index as ix
 
     loader = _stores(explorer, tmp_path, monkeypatch)
     ix.build_index(tmp_path / "other", explorer.backbone, load_corpus([str(_corpus(tmp_path, 4))]),
                    explorer.head.config.chunk_layer, explorer.head.config.n_pool, dense=False)
-    stores = pipeline.Stores(loader, open_any=True)
+    stores = serving.Stores(loader, open_any=True)
     ready = stores.load("squad_dev")
     started, release, builds, build = threading.Event(), threading.Event(), [], explorer.build_index
 
@@ -298,7 +299,6 @@ def test_stores_key_by_folder_and_drop_the_least_recently_used(explorer, tmp_pat
     used store is dropped (an Edge store closed, with its views) and opens afresh when asked again; a method the
     store cannot serve is one line from Explorer.search."""
     pytest.importorskip("qdrant_edge", reason="qdrant-edge-py is not installed")
-    from unreal_demo import pipeline
     from unreal_demo.data.sources import load_corpus
     from unreal_demo.store import index as ix
     from unreal_demo.store import qdrant
@@ -309,7 +309,7 @@ def test_stores_key_by_folder_and_drop_the_least_recently_used(explorer, tmp_pat
                        explorer.head.config.n_pool, dense=False)
     qdrant.export_index(ix.Index(tmp_path / "a"), f"qdrant-edge:{tmp_path / 'edge'}")
     monkeypatch.chdir(tmp_path)
-    stores = pipeline.Stores(pipeline.Loading.of(explorer), open_any=True, size=2)
+    stores = serving.Stores(serving.Loading.of(explorer), open_any=True, size=2)
     a = stores.open("all", str(tmp_path / "a"))
     assert stores.open("all", "a/").store is a.store and stores.open("all", "./b/../a").store is a.store
     with pytest.raises(InputError, match="^dense cannot search this store: it needs --dense$"):
@@ -327,17 +327,17 @@ def test_stores_key_by_folder_and_drop_the_least_recently_used(explorer, tmp_pat
 def test_stores_default_to_the_app_setting(explorer, monkeypatch):
     """Stores (and so the Wikipedia tab) read settings.open_stores when not told: closed on a public app; a bad
     $UNREAL_OPEN_STORES is one line."""
-    from unreal_demo import pipeline, settings
+    from unreal_demo import settings
 
     for name in (settings.STORES_ENV, settings.SPACE_ENV, "GRADIO_SERVER_NAME"):
         monkeypatch.delenv(name, raising=False)
-    loader = pipeline.Loading.of(explorer)
-    assert pipeline.Stores(loader).open_any
+    loader = serving.Loading.of(explorer)
+    assert serving.Stores(loader).open_any
     monkeypatch.setenv(settings.SPACE_ENV, "someone/unreal")
-    assert not pipeline.Stores(loader).open_any
+    assert not serving.Stores(loader).open_any
     monkeypatch.setenv(settings.STORES_ENV, "maybe")
     with pytest.raises(InputError, match=r"^\$UNREAL_OPEN_STORES is 0 or 1, not 'maybe'$"):
-        pipeline.Stores(loader)
+        serving.Stores(loader)
 
 
 def test_build_index_refuses_as_started_with_a_lossy_codec(explorer, tmp_path, monkeypatch):

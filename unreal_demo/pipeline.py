@@ -9,11 +9,12 @@ The one service every front end calls (the CLI and the tabs only present what it
   :meth:`~Explorer.answer_stream`, :meth:`~Explorer.answer`: every answer goes through
   :meth:`~Explorer.stream_passages`), times full context (:meth:`~Explorer.full_context`), searches an index
   or a Qdrant store (:meth:`~Explorer.search`) and builds or resumes an index (:meth:`~Explorer.build_index`).
-- :class:`Loading` loads an explorer in the background; :class:`Stores` holds the indexes and Qdrant stores a
-  long-running front end has opened (or built) of the corpora in :data:`CORPORA`, each opened once.
+- its result types (:class:`Ranking`, :class:`AnswerStep`, :class:`AskStep`, :class:`FullContext`,
+  :class:`BuildProgress`, :class:`IndexBuild`) and the checks of a request (:func:`check_inputs`,
+  :func:`check_search`, :func:`check_n`).
 
-The names a front end presents (method names and help, result types, the errors it catches) are imported from
-here.
+Serving it to a long-running front end (loading in the background, the opened indexes and stores) is
+:mod:`unreal_demo.serving`.
 """
 
 from __future__ import annotations
@@ -28,8 +29,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -41,7 +41,7 @@ from .core.generation import ANSWER_RULE, AnswerRule, Generation, fits_window, p
 from .core.head import QueryHead, untrained_head
 from .core.selection import select_top_n
 from .data.sources import load_corpus
-from .data.textio import check_text, read_document
+from .data.textio import check_text
 from .errors import InputError, UserError
 from .retrieval import hits
 from .retrieval.evidence import group_similarities, sparse_matches
@@ -52,23 +52,14 @@ from .settings import (
     DEFAULT_MODEL,
     MAX_CHARS,
     MAX_N,
-    PRECOMPUTED,
     TOKENS_PER_S,
     display_path,
-    open_stores,
 )
 from .store import index as ix
-from .store.index import Index, IndexStoreError
 from .store.memory import MemoryStore
-from .store.qdrant import EDGE, SERVER, QdrantStore, Where, is_spec, open_store
 
 WATCHED_BATCH = 1024  # padded tokens per encoding batch of a document (Explorer.store): a watch is called this often
 
-# what the front ends present, from this one place (beside the types and functions defined below)
-__all__ = ["ANSWER_RULE", "CLOSED", "CORPORA", "AnswerRule", "AnswerStep", "AskStep", "BuildProgress", "Explorer",
-           "FullContext", "IndexBuild", "IndexStoreError", "InputError", "Loading", "Opened", "Ranking", "StoreInfo",
-           "Stores", "UserError", "check_corpus", "check_inputs", "check_n", "check_search", "head_file", "names",
-           "open_any_default", "read_document", "store_filter", "store_info", "unsupported"]
 
 
 @dataclass
@@ -254,8 +245,6 @@ class Explorer:
         self.head.requires_grad_(False)
         self._count, self._offsets = tokenizer_counters(backbone.tokenizer)
         self._cache: OrderedDict[str, MemoryStore] = OrderedDict()
-        self._prompts: OrderedDict[tuple, list[int]] = OrderedDict()  # (passages, question) -> ids, kept for the
-        # next answer from them (:meth:`_prompt_ids`)
         self._lock = threading.Lock()
 
     @classmethod
@@ -337,9 +326,11 @@ class Explorer:
 
     @torch.inference_mode()
     def rank(self, docs: Sequence[str], question: str, n: int = 5, method: str = "unreal",
-             chunks: list[Chunk] | None = None, watch: Callable[[int, int], None] | None = None) -> Ranking:
+             chunks: list[Chunk] | None = None, watch: Callable[[int, int], None] | None = None, *,
+             checked: bool = False) -> Ranking:
         """Score every chunk with ``method`` (:func:`retrieval.retrieve`) and select the top ``n`` in document order.
-        ``watch``: as :meth:`store`'s (progress of the encoding, and a way to stop it).
+        ``watch``: as :meth:`store`'s (progress of the encoding, and a way to stop it). ``checked``: the documents,
+        question and ``n`` were checked at the boundary already (:func:`check_inputs`, :func:`check_n`).
 
         Raises
         ------
@@ -347,8 +338,9 @@ class Explorer:
             For empty, binary, damaged or too much text, an ``n`` that is not a whole number from 1 to
             :data:`settings.MAX_N`, or an unknown method.
         """
-        check_inputs(docs, question)
-        n = check_n(n)
+        if not checked:
+            check_inputs(docs, question)
+            n = check_n(n)
         (method,) = check([method], "document")
         t0 = time.perf_counter()
         chunks = chunks if chunks is not None else self.chunk(docs)
@@ -429,9 +421,12 @@ class Explorer:
         yield from self.stream_passages(ranking.passages, question, rule, ranking.method)
 
     def stream_passages(self, passages: Sequence[str], question: str, rule: AnswerRule = ANSWER_RULE,
-                        source: str = "the passages") -> Iterator[Generation]:
+                        source: str = "the passages", ids: list[int] | None = None) -> Iterator[Generation]:
         """Stream the answer from ``passages`` (in the order given: a selection, or an index's top hits) under
-        ``rule``; the one answering path of every tab.
+        ``rule``; the one answering path of every tab. ``ids``: the prompt's token ids
+        (:func:`core.generation.prompt_ids` of these passages and question) when the caller tokenized it already,
+        to count it first (:meth:`answer_stream`, :meth:`full_context`); the question, checked by that caller, is
+        then neither checked nor tokenized again.
 
         Raises
         ------
@@ -439,50 +434,39 @@ class Explorer:
             For a question that :func:`check_inputs` refuses, or a prompt over the model window (``source``
             names what was selected in the message).
         """
-        check_inputs(passages, question)
-        ids = self._prompt_ids(passages, question)
+        if ids is None:
+            check_inputs(passages, question)
+            ids = prompt_ids(self.backbone, passages, question)
         if not fits_window(self.backbone, len(ids), rule.budget):
             raise InputError(f"{source}: the prompt has {len(ids):,} tokens, more than the model window "
                              f"of {self.backbone.max_positions:,} minus {rule.budget} for the answer")
         yield from stream_answer(self.backbone, ids, rule.budget, rule.first_sentence)
 
-    def _prompt_ids(self, passages: Sequence[str], question: str, keep: bool = False) -> list[int]:
-        """The answering prompt's token ids (:func:`core.generation.prompt_ids`), tokenized once per answer: with
-        ``keep`` they are kept for the next call on the same passages and question, which takes them (so
-        :meth:`answer_stream` reports the prompt's length and :meth:`stream_passages` answers from the same ids).
-        At most 8 prompts wait at once (the oldest is dropped: it is tokenized again if asked for)."""
-        key = (tuple(passages), question)
-        with self._lock:
-            ids = self._prompts.pop(key, None)
-        if ids is None:
-            ids = prompt_ids(self.backbone, passages, question)
-        if keep:
-            with self._lock:
-                self._prompts[key] = ids
-                while len(self._prompts) > 8:
-                    self._prompts.popitem(last=False)
-        return ids
-
     def answer_stream(self, passages: Sequence[str], question: str, rule: AnswerRule = ANSWER_RULE,
                       source: str = "the passages", timings: dict | None = None,
-                      start: float | None = None) -> Iterator[AnswerStep]:
+                      start: float | None = None, *, checked: bool = False) -> Iterator[AnswerStep]:
         """The answer from ``passages`` (:meth:`stream_passages`) step by step, with its timings: first the
         prompt's length (before the model reads it, and before the window is checked), then the answer so far
         after every token; ``timings["first_token"]`` is set once, at the first answer token, and
         ``timings["total"]`` grows to the end (the last step has ``done``). Times count from ``start`` (a
         ``time.perf_counter()``; default now) and extend ``timings`` (earlier stages: chunking, retrieval). The
-        prompt is tokenized once (:meth:`_prompt_ids`): the ids counted here are the ones answered from.
+        prompt is tokenized once: the ids counted here are the ones answered from.
+        ``checked``: the question was checked at the boundary already (:func:`check_inputs`).
 
         Raises
         ------
         InputError
-            As :meth:`stream_passages`, after the first step.
+            For a question that :func:`check_inputs` refuses, at once; for a prompt over the model window, after
+            the first step.
         """
         t0 = time.perf_counter() if start is None else start
         timings = dict(timings or {})
-        yield AnswerStep("", len(self._prompt_ids(passages, question, keep=True)), dict(timings))
+        if not checked:
+            check_inputs(passages, question)
+        ids = prompt_ids(self.backbone, passages, question)
+        yield AnswerStep("", len(ids), dict(timings))
         gen = Generation()
-        for gen in self.stream_passages(passages, question, rule, source):
+        for gen in self.stream_passages(passages, question, rule, source, ids):
             if gen.tokens >= 1 and "first_token" not in timings:
                 timings |= {"prefill": gen.timings["prefill"], "first_token": time.perf_counter() - t0}
             yield AnswerStep(gen.text, gen.prompt_tokens, timings | {"total": time.perf_counter() - t0},
@@ -500,15 +484,17 @@ class Explorer:
     def full_context(self, ranking: Ranking, question: str, timed: bool = False) -> FullContext:
         """The whole context of ``ranking`` (every chunk) as the prompt: its tokens and whether it fits the window
         with :data:`ANSWER_RULE`'s budget; with ``timed``, its prefill and time to first token (one token through
-        :meth:`stream_passages`, plus the ranking's chunking time), left None when the prompt does not fit."""
+        :meth:`stream_passages`, plus the ranking's chunking time), left None when the prompt does not fit. ``question``
+        is the ranking's own, checked when it was ranked."""
         texts = [c.text for c in ranking.chunks]
-        n = len(self._prompt_ids(texts, question, keep=timed))  # timed: stream_passages answers from these ids
+        ids = prompt_ids(self.backbone, texts, question)  # tokenized once: counted, then answered from
+        n = len(ids)
         out = FullContext(n, fits_window(self.backbone, n, ANSWER_RULE.budget), self.backbone.max_positions)
         if not timed:
             return out
         t0 = time.perf_counter()
         try:
-            for gen in self.stream_passages(texts, question, AnswerRule(1, first_sentence=False), "full"):
+            for gen in self.stream_passages(texts, question, AnswerRule(1, first_sentence=False), "full", ids):
                 return FullContext(out.prompt_tokens, out.fits, out.window, gen.timings["prefill"],
                                    ranking.timings.get("chunk", 0.0) + time.perf_counter() - t0)
         except InputError:
@@ -516,17 +502,19 @@ class Explorer:
         return out
 
     def ask_stream(self, docs: Sequence[str], question: str, n: int = 5, method: str = "unreal",
-                   rule: AnswerRule = ANSWER_RULE, watch: Callable[[int, int], None] | None = None,
-                   ) -> Iterator[AskStep]:
+                   rule: AnswerRule = ANSWER_RULE, watch: Callable[[int, int], None] | None = None, *,
+                   checked: bool = False) -> Iterator[AskStep]:
         """Ask (``ask`` and the Long document tab): chunk → encode → retrieve → select, then the
         streamed answer (:meth:`answer_stream`, timed from this call). The first step carries the ranking and
         no prompt (``prompt_tokens`` 0); the second the prompt's length; every later step the answer so
         far; ``timings["first_token"]`` is set once, when the first answer token exists, and
-        ``timings["total"]`` grows to the end (the last step has ``done``). ``watch``: as :meth:`store`'s."""
+        ``timings["total"]`` grows to the end (the last step has ``done``). ``watch``: as :meth:`store`'s. The
+        inputs are checked once, here (by :meth:`rank`), unless ``checked`` says the boundary did."""
         t0 = time.perf_counter()
-        ranking = self.rank(docs, question, n, method, watch=watch)
+        ranking = self.rank(docs, question, n, method, watch=watch, checked=checked)
         yield AskStep("", 0, dict(ranking.timings), ranking=ranking)
-        for s in self.answer_stream(ranking.passages, question, rule, ranking.method, ranking.timings, t0):
+        for s in self.answer_stream(ranking.passages, question, rule, ranking.method, ranking.timings, t0,
+                                    checked=True):
             yield AskStep(s.text, s.prompt_tokens, s.timings, s.done, s.stop, s.tokens, ranking=ranking)
 
     def search(self, store, query: str, k: int = 10, method: str = "unreal", bm25_k: int = 0) -> dict:
@@ -610,9 +598,10 @@ class Explorer:
         return IndexBuild(out, manifest, manifest["chunks"], manifest["passages"], time.perf_counter() - t0)
 
     def ask(self, docs: Sequence[str], question: str, n: int = 5, method: str = "unreal",
-            rule: AnswerRule = ANSWER_RULE) -> dict:
-        """Rank, select and answer (:meth:`ask_stream` to the end); the JSON-ready record of ``ask --json``."""
-        *_, step = self.ask_stream(docs, question, n, method, rule)
+            rule: AnswerRule = ANSWER_RULE, *, checked: bool = False) -> dict:
+        """Rank, select and answer (:meth:`ask_stream` to the end); the JSON-ready record of ``ask --json``.
+        ``checked``: as :meth:`ask_stream`'s (``ask`` checks before the model loads)."""
+        *_, step = self.ask_stream(docs, question, n, method, rule, checked=checked)
         ranking = step.ranking
         scores = ranking.scores or [None] * len(ranking.chunks)
         return {
@@ -627,371 +616,3 @@ class Explorer:
             "head": self.head_source,
             "notices": ranking.notices,
         }
-
-
-class Loading:
-    """:meth:`Explorer.load` in a background thread, so that a front end serves before the model is ready.
-
-    What is known at once (the model id, the head file and the head itself, a few KB) is an attribute;
-    :meth:`get` waits for the explorer; :meth:`status` is a one-line progress report.
-
-    Raises
-    ------
-    HeadError
-        At once, for a head file that is missing or damaged (nothing waits for the model to find that).
-    """
-
-    def __init__(self, model: str = DEFAULT_MODEL, head: str | None = None, device: str | None = None,
-                 dtype: str | None = None, trust_remote_code: bool = False, explorer: Explorer | None = None) -> None:
-        self._explorer, self._error, self._done = explorer, None, threading.Event()
-        if explorer is not None:  # already in memory (tests, notebooks): a finished loading
-            self.model, self.head_path, self.head = explorer.backbone.name, explorer.head_path, explorer.head
-            self.stage, self.started, self.seconds = "ready", time.perf_counter(), 0.0
-            self._done.set()
-        else:
-            self.model, self.head_path = model, head_file(model, head)
-            self.head = QueryHead.load(self.head_path) if self.head_path else None  # None: untrained, made at load
-            self.stage, self.started, self.seconds = "starting", time.perf_counter(), None
-        self.head_source = display_path(self.head_path) if self.head_path else "untrained"
-        self._args = {"model": model, "device": device, "dtype": dtype, "trust_remote_code": trust_remote_code}
-
-    def start(self) -> Loading:
-        if not self.done:
-            threading.Thread(target=self._run, name="load-model", daemon=True).start()
-        return self
-
-    @classmethod
-    def of(cls, explorer: Explorer) -> Loading:
-        """A finished loading of an explorer already in memory (tests, notebooks)."""
-        return cls(explorer=explorer)
-
-    def _set(self, stage: str) -> None:
-        self.stage = stage
-
-    def _run(self) -> None:
-        try:
-            self._explorer = Explorer.build(head=self.head, head_path=self.head_path, **self._args, stage=self._set)
-        except BaseException as exc:  # kept and raised again by get(): a UserError is shown as is
-            self._error = exc
-        self.seconds = time.perf_counter() - self.started
-        self._done.set()
-
-    @property
-    def done(self) -> bool:
-        return self._done.is_set()
-
-    def get(self, timeout: float | None = None) -> Explorer:
-        """The loaded explorer, waiting for it; the loading's own error if it failed.
-
-        Raises
-        ------
-        UserError
-            When the model could not be loaded (its message), or ``timeout`` passed first.
-        """
-        if not self._done.wait(timeout):
-            raise InputError(f"the model is still loading ({self.status()}); try again in a few seconds")
-        if self._error is not None:
-            raise self._error
-        return self._explorer
-
-    def status(self) -> str:
-        """``"loading smollm2-135m-instruct: loading the weights … 4 s"``, ``"ready …"`` or the error."""
-        if not self.done:
-            return f"loading {self.model}: {self.stage} … {time.perf_counter() - self.started:.0f} s"
-        if self._error is not None:
-            return f"could not load {self.model}: {self._error}"
-        from .core.cpu import status_line
-
-        b = self._explorer.backbone
-        cpu = f" · {status_line(b.encoding_name)}" if b.device.type == "cpu" else ""
-        return f"{b.name} on {b.device} ({str(b.dtype).removeprefix('torch.')}) with head {self.head_source}, " \
-               f"ready in {self.seconds:.1f} s{cpu}"
-
-
-CLOSED = ("this server searches its own indexes only: opening an index folder or Qdrant store is off "
-          "(UNREAL_OPEN_STORES=1 turns it on)")
-FILTER_VIEWS = 8  # filtered views of Qdrant stores kept open at once (the least recently used is dropped)
-OPEN_STORES = 16  # indexes, Qdrant stores and views kept open at once (the least recently used is dropped, closed)
-CORPORA = {"new_wiki": "SQuAD-Shifts New-Wiki paragraphs (1,581)", "squad_dev": "SQuAD v1.1 dev paragraphs (2,067)",
-           "summaries": "Wikipedia lead summaries (10,033)", "enwiki": "full enwiki articles (106)",
-           "all": "all of the above (13,787 passages, 20,354 chunks)"}
-"""The built-in corpora a front end opens or builds an index of (:data:`data.sources.BUILT_IN` and ``all``), each
-with what it holds. :class:`Stores` refuses any other name: a corpus name becomes part of a folder's name, and
-:func:`data.sources.load_corpus` would read a path given in its place."""
-
-
-def check_corpus(name: object) -> str:
-    """``name`` when it is one of :data:`CORPORA`.
-
-    Raises
-    ------
-    InputError
-        One line: ``unknown corpus '../x': the indexes are of new_wiki, squad_dev, summaries, enwiki, all``.
-    """
-    if not isinstance(name, str) or name not in CORPORA:
-        raise InputError(f"unknown corpus {name!r}: the indexes are of {', '.join(CORPORA)}")
-    return name
-
-
-def open_any_default() -> bool:
-    """Whether a front end lets visitors open any index folder or Qdrant store and build indexes:
-    :func:`settings.open_stores <unreal_demo.settings.open_stores>` (on unless the app is public).
-
-    Raises
-    ------
-    InputError
-        One line: ``$UNREAL_OPEN_STORES`` is set to something other than 0 or 1.
-    """
-    try:
-        return open_stores()
-    except ValueError as exc:  # settings imports nothing from the package: its error becomes a UserError here
-        raise InputError(str(exc)) from None
-
-
-def _no_build(corpus: str) -> str:
-    """The refusal of a build by a closed :class:`Stores` (a public app): how to build the index yourself."""
-    return (f"no index of {corpus} on this server, and it builds none for visitors: build it on your own machine "
-            f"with `python -m unreal_demo index build --corpus {corpus} --out DIR`, then search it with `index "
-            "search --index DIR` or in the app run there (docs/CLI.md)")
-
-
-def _store_key(where: str, only: Where | None = None) -> tuple[str, str, Where | None]:
-    """What an opened store is kept under in :class:`Stores`: an index folder or a Qdrant Edge folder by its
-    resolved path (two spellings of one folder open it once), a Qdrant server by its store string; with the payload
-    filter of a view (None: the store itself)."""
-    if where.startswith(EDGE):
-        return EDGE, str(Path(where[len(EDGE):]).resolve()), only
-    if where.startswith(SERVER):
-        return SERVER, where, only
-    return "index", str(Path(where).resolve()), None
-
-
-def store_filter(source: str = "", title: str = "") -> Where | None:
-    """The payload filter of chunks of one source and/or titles starting with a prefix (``--where source=NAME
-    --where title^=PREFIX`` of ``index search``); None when both are empty."""
-    source, title = (source or "").strip(), (title or "").strip()
-    return Where(source=source or None, title_prefix=title or None) if source or title else None
-
-
-@dataclass(frozen=True)
-class StoreInfo:
-    """What a front end says about an opened index or Qdrant store (:func:`store_info`).
-
-    Attributes
-    ----------
-    kind : ``"index"`` (a folder), ``"qdrant-edge"`` or ``"qdrant"`` (a server).
-    where : the folder, repository-relative, or a server's store string.
-    encoding : an index's codec, or a Qdrant store's datatype.
-    mib : size on disk (an index or a Qdrant Edge folder); None for a server.
-    shipped : an index shipped with the app (under ``precomputed/``).
-    only : a Qdrant store's payload filter, as ``(field, kind, value)`` terms (:meth:`store.qdrant.Where.terms`).
-    ef : a Qdrant store's HNSW ef (approximate search); None for exact MaxSim.
-    """
-
-    kind: str
-    where: str
-    encoding: str
-    chunks: int
-    passages: int
-    chunk_layer: int
-    mib: float | None
-    shipped: bool = False
-    only: list[tuple[str, str, str]] | None = None
-    ef: int | None = None
-
-
-def store_info(store: Index | QdrantStore) -> StoreInfo:
-    """The facts of an opened store that a status line shows (its size on disk is read here: once per store)."""
-    m = store.manifest
-    qdrant = isinstance(store, QdrantStore)
-    edge = qdrant and store.spec.startswith(EDGE)
-    mib = None if qdrant and not edge else sum(p.stat().st_size for p in store.folder.rglob("*") if p.is_file()) / 2**20
-    if qdrant:
-        return StoreInfo("qdrant-edge" if edge else "qdrant", display_path(store.folder) if edge else store.spec,
-                         m["datatype"], m["chunks"], m["passages"], m["chunk_layer"], mib,
-                         only=store.where.terms() if store.where is not None else None, ef=store.ef)
-    return StoreInfo("index", display_path(store.folder), m["dtype"], m["chunks"], m["passages"], m["chunk_layer"],
-                     mib, shipped=store.folder.is_relative_to(PRECOMPUTED))
-
-
-@dataclass(frozen=True)
-class Opened:
-    """An opened store (:meth:`Stores.open`, :meth:`Stores.load`): the store, its key among the opened ones (kind,
-    resolved folder or store string, payload filter), its :class:`StoreInfo`, and the :class:`IndexBuild` when
-    :meth:`Stores.load` built or resumed it."""
-
-    store: Index | QdrantStore
-    key: tuple
-    info: StoreInfo
-    built: IndexBuild | None = None
-
-
-class Stores:
-    """The indexes and Qdrant stores a long-running front end (the Wikipedia tab) has opened, shared by every
-    request: a corpus of :data:`CORPORA` -> its index (built in the cache, else shipped); a folder or store string,
-    with a payload filter -> an index, a Qdrant store or a view of one.
-
-    Each is kept under its resolved folder (two spellings of one folder open it once) or its server's store string.
-    At most ``size`` are kept, of which at most ``views`` filtered views of Qdrant stores (each holds its chunks'
-    texts and its own BM25): the least recently used is dropped, and a Qdrant store dropped is closed, with its
-    views (an index holds nothing to close).
-
-    No request waits on another store: a lookup or an insertion holds the shared lock for a moment; a store opens,
-    and a corpus's index builds, holding only its own lock, so a build of minutes holds up no other search, and a
-    second request for the same store waits for the first and gets what it opened (or built).
-
-    ``open_any`` False (a public app) refuses any folder, store string or filter (:data:`CLOSED`) and any build
-    (:meth:`load`): only the corpora's indexes already built or shipped open. None (the default) reads
-    :func:`settings.open_stores <unreal_demo.settings.open_stores>` (on unless the app is public).
-
-    Raises
-    ------
-    InputError
-        ``open_any`` None and ``$UNREAL_OPEN_STORES`` set to something other than 0 or 1.
-    """
-
-    def __init__(self, loader: Loading, open_any: bool | None = None, views: int = FILTER_VIEWS,
-                 size: int = OPEN_STORES) -> None:
-        open_any = open_any_default() if open_any is None else open_any
-        self.loader, self.open_any, self.views, self.size = loader, open_any, views, max(size, 2)
-        self._open: OrderedDict[tuple, Opened] = OrderedDict()  # least recently used first
-        self._busy: dict[tuple, list] = {}  # key -> [its own lock, requests holding or waiting for it]
-        self._lock = threading.Lock()  # held only to look up, keep or drop a store: never while one opens or builds
-
-    @contextmanager
-    def _alone(self, key: tuple) -> Iterator[None]:
-        """Hold ``key``'s own lock (made on first use, forgotten once no request holds or waits for it)."""
-        with self._lock:
-            entry = self._busy.setdefault(key, [threading.Lock(), 0])
-            entry[1] += 1
-        try:
-            with entry[0]:
-                yield
-        finally:
-            with self._lock:
-                entry[1] -= 1
-                if not entry[1]:
-                    del self._busy[key]
-
-    def building(self, corpus: str) -> bool:
-        """Whether a build of ``corpus``'s index is under way (:meth:`load`)."""
-        with self._lock:
-            return ("build", corpus, None) in self._busy
-
-    def _used(self, key: tuple) -> None:
-        """Mark ``key`` used now, and a view's store with it (a store stays while its views are used); ``_lock``
-        held."""
-        store = (*key[:2], None)
-        if key[2] is not None and store in self._open:
-            self._open.move_to_end(store)
-        self._open.move_to_end(key)
-
-    def _cached(self, key: tuple) -> Opened | None:
-        with self._lock:
-            got = self._open.get(key)
-            if got is not None:
-                self._used(key)
-            return got
-
-    def _get(self, key: tuple, make: Callable[[], Index | QdrantStore]) -> Opened:
-        """The store kept under ``key``, else ``make()``'s, opened outside the shared lock (one request per key at a
-        time: one that waited gets the store the first opened) and kept."""
-        if (got := self._cached(key)) is not None:
-            return got
-        with self._alone(key):
-            if (got := self._cached(key)) is not None:  # opened while this request waited
-                return got
-            store = make()
-            return self._keep(Opened(store, key, store_info(store)))
-
-    def _keep(self, opened: Opened) -> Opened:
-        """Keep ``opened`` as the most recently used; drop the least recently used views over ``views``, then the
-        least recently used stores over ``size`` (a Qdrant store with its views, and closed)."""
-        dropped = []
-        with self._lock:
-            self._open[opened.key] = opened
-            self._used(opened.key)
-            views = [k for k in self._open if k[2] is not None]
-            for k in views[:-self.views]:
-                del self._open[k]
-            while len(self._open) > self.size:
-                key, old = self._open.popitem(last=False)
-                if key[2] is None:  # a store: its views share its shard or connection
-                    for k in [k for k in self._open if k[:2] == key[:2]]:
-                        del self._open[k]
-                    dropped.append(old.store)
-        for store in dropped:
-            if isinstance(store, QdrantStore):
-                store.close()
-        return opened
-
-    def open(self, corpus: str, where: str = "", only: Where | None = None) -> Opened:
-        """The store to search: ``where`` (an index folder, ``qdrant-edge:DIR`` or ``qdrant:URL``, opened by
-        :func:`store.qdrant.open_store` as ``index search`` and the evaluations open it) restricted to the payload
-        filter ``only``, else the index of ``corpus`` (:meth:`Explorer.index_folder`); each opened on first use.
-
-        Raises
-        ------
-        InputError
-            A corpus not in :data:`CORPORA` (whatever ``where`` says).
-        IndexStoreError
-            :data:`CLOSED` (``open_any`` off), nothing to open there (or the corpus's index still being built), a
-            store string not understood, a server not reached, or a filter asked of an index folder.
-        """
-        check_corpus(corpus)
-        where = (where or "").strip()
-        if not self.open_any and (where or only is not None):  # a public app: no visitor's path or URL is opened
-            raise IndexStoreError(CLOSED)
-        if only is not None and not is_spec(where):
-            raise IndexStoreError("the source and title filters apply to a Qdrant store (qdrant-edge:DIR or "
-                                  "qdrant:URL), not to an index folder: clear them or open a store")
-        explorer = self.loader.get()
-        if where:
-            whole = _store_key(where)
-            if only is None:
-                return self._get(whole, lambda: open_store(where))
-            # an Edge shard opens once per process: every filter is a view of it
-            return self._get(_store_key(where, only),
-                             lambda: self._get(whole, lambda: open_store(where)).store.filtered(only))
-        folder = explorer.index_folder(corpus)
-        try:
-            return self._get(_store_key(str(folder)), lambda: Index(folder))
-        except IndexStoreError:
-            if self.building(corpus):
-                raise IndexStoreError(f"the index of {corpus} is being built: search it once the build is "
-                                      "done") from None
-            raise
-
-    def load(self, corpus: str, where: str = "", only: Where | None = None,
-             progress: Callable[[BuildProgress], None] | None = None) -> Opened:
-        """:meth:`open`; a corpus's own index that does not open (none yet, or a build stopped half-way) is built
-        or resumed in the cache (:func:`store.index.default_folder`) with the settings it was started with
-        (:meth:`Explorer.build_index`). The build holds that corpus's own lock only: other stores open and are
-        searched meanwhile, and a second load of the corpus waits for it and gets the index it built (built once).
-        A closed ``Stores`` (``open_any`` False) builds nothing: it refuses in one line that says how to build the
-        index yourself. A folder or store named by ``where`` is only opened, never built.
-
-        Raises
-        ------
-        UserError
-            As :meth:`open`; :class:`IndexStoreError` for a build refused (``open_any`` off); as
-            :meth:`Explorer.build_index`.
-        """
-        check_corpus(corpus)
-        if (where or "").strip() or only is not None:
-            return self.open(corpus, where, only)
-        try:
-            return self.open(corpus)
-        except IndexStoreError:
-            if not self.open_any:  # a public app: no visitor starts a build (up to 80 min of the server's CPU)
-                raise IndexStoreError(_no_build(corpus)) from None
-        explorer = self.loader.get()
-        with self._alone(("build", corpus, None)):
-            try:  # built by the load this one waited for (or by another process) meanwhile
-                return self.open(corpus)
-            except IndexStoreError:
-                pass
-            built = explorer.build_index(ix.default_folder(explorer, corpus), [corpus], as_started=True,
-                                         progress=progress)
-            opened = self._get(_store_key(str(built.folder)), lambda: Index(built.folder))
-            return replace(opened, built=built)

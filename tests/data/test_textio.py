@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from unreal_demo.data.textio import check_text, decode_text, read_document
-from unreal_demo.pipeline import InputError
+from unreal_demo.errors import InputError
 
 
 @pytest.mark.parametrize("raw,text", [

@@ -91,8 +91,9 @@ def test_live_scores_follow_a_chunk_and_refuse_what_the_view_cannot_take(tiny):
     """The Intrinsic tab's live run: BM25's top chunk by default, ranks (L, H) and z (L, M) of one pass; a chunk id
     out of range and too many chunks are one-line input errors."""
     from unreal_demo.core.head import untrained_head
+    from unreal_demo.errors import InputError
     from unreal_demo.evaluation.intrinsic import LIVE_CHUNKS, live_scores
-    from unreal_demo.pipeline import Explorer, InputError
+    from unreal_demo.pipeline import Explorer
 
     ex = Explorer(tiny, untrained_head(tiny, n_ret=4, n_groups=2, chunk_layer=3), None)
     doc = "The fox jumps over the dog. " * 30 + "Paris is the capital of France. " * 6

@@ -204,7 +204,7 @@ def test_a_public_app_opens_no_visitors_store(explorer, tmp_path, monkeypatch):
     line, and still searches its corpus's own index; the setting reads $UNREAL_OPEN_STORES, then $SPACE_ID."""
     from unreal_demo import settings
     from unreal_demo.data.sources import Passage
-    from unreal_demo.pipeline import CLOSED
+    from unreal_demo.serving import CLOSED
     from unreal_demo.store import index as ix
 
     for name in (settings.STORES_ENV, settings.SPACE_ENV, "GRADIO_SERVER_NAME"):
@@ -315,7 +315,7 @@ def test_the_page_serves_while_the_model_loads(tiny):
     """The app is built and served from a Loading that is not done; API calls wait for the model."""
     import threading
 
-    from unreal_demo.pipeline import Loading
+    from unreal_demo.serving import Loading
 
     gate = threading.Event()
     loader = Loading("tiny-llama")
@@ -348,7 +348,7 @@ def test_the_page_serves_while_the_model_loads(tiny):
 
 
 def test_a_failed_load_is_reported_not_raised_at_build():
-    from unreal_demo.pipeline import Loading
+    from unreal_demo.serving import Loading
 
     loader = Loading("/no/such/model/folder").start()
     with pytest.raises(Exception, match="cannot load model"):
@@ -373,7 +373,7 @@ def test_bad_stores_setting_is_one_line_and_the_tab_defaults_to_it(explorer, mon
 
     from unreal_demo import settings
     from unreal_demo.errors import UserError
-    from unreal_demo.pipeline import Loading
+    from unreal_demo.serving import Loading
     from unreal_demo.ui.tabs import wikipedia
 
     for name in (settings.STORES_ENV, settings.SPACE_ENV, "GRADIO_SERVER_NAME"):

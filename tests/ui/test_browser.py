@@ -59,12 +59,12 @@ def url(tiny, saying, tmp_path_factory):
     explorer = Explorer(tiny, untrained_head(tiny, n_ret=8, n_groups=4, chunk_layer=3), None)
     answer = explorer.stream_passages
 
-    def copying_the_licence(passages, question, rule=ANSWER_RULE, source="the passages"):
+    def copying_the_licence(passages, question, rule=ANSWER_RULE, source="the passages", ids=None):
         """The random tiny model, except that to the licence question it copies the licence's wrapped lines."""
         if question == SLOW_QUESTION:
             return slowly()
         if question != GPL_QUESTION:
-            return answer(passages, question, rule, source)
+            return answer(passages, question, rule, source, ids)
         return stream_answer(saying(GPL_SAYS), [1, 2, 3], rule.budget, rule.first_sentence)
 
     def slowly():

@@ -42,7 +42,7 @@ def run(args: argparse.Namespace) -> None:
     explorer = Explorer.load(args.model, head=args.head, device=args.device, dtype=args.dtype,
                              trust_remote_code=args.trust_remote_code)
     rule = AnswerRule(args.max_new_tokens, first_sentence=not args.whole_answer)
-    result = explorer.ask(docs, args.question, n, args.method, rule)
+    result = explorer.ask(docs, args.question, n, args.method, rule, checked=True)  # checked above, once
     passages = [docs[c["doc"]][c["start"]:c["end"]] for c in (result["chunks"][i] for i in result["selected"])]
     support = answer_support(result["answer"], passages, args.question)
     result["check"] = support.to_dict()  # evaluation.faithfulness: supported, with the quoted evidence sentence

@@ -1,4 +1,4 @@
-"""Build the Blocks app from a :class:`~unreal_demo.pipeline.Loading` (or an already loaded Explorer).
+"""Build the Blocks app from a :class:`~unreal_demo.serving.Loading` (or an already loaded Explorer).
 
 The page is served at once; the model loads in a background thread. Each tab lays itself out from what
 is known before the model is ready (the model id, the head) and returns a :class:`~.wiring.Ready`: the
@@ -15,7 +15,8 @@ import time
 
 import gradio as gr
 
-from ..pipeline import Explorer, Loading, open_any_default
+from ..pipeline import Explorer
+from ..serving import Loading, open_any_default
 from ..settings import ASSETS
 from .glossary import glossary_markdown
 from .tabs import about, flops, intrinsic, long_document, topn, wikipedia

@@ -14,7 +14,7 @@ import pandas as pd
 from ...core.head import CONTEXT_SOURCES, QueryHead
 from ...evaluation.ablation import read_sweeps
 from ...evaluation.results import for_head, head_digest, head_mismatch, made_by
-from ...pipeline import Loading
+from ...serving import Loading
 from ...settings import PRECOMPUTED
 from .. import plots
 from ..glossary import SYMBOLS, glossary_markdown

@@ -9,7 +9,8 @@ import numpy as np
 import pandas as pd
 
 from ...evaluation import flops
-from ...pipeline import Explorer, Loading
+from ...pipeline import Explorer
+from ...serving import Loading
 from ...settings import CHUNK_TOKENS, PRECOMPUTED
 from .. import plots
 from ..glossary import SYMBOLS, explain

@@ -6,9 +6,11 @@ import json
 
 import gradio as gr
 
+from ...errors import UserError
 from ...evaluation.intrinsic import live_scores
 from ...evaluation.results import made_by
-from ...pipeline import Explorer, Loading, UserError
+from ...pipeline import Explorer
+from ...serving import Loading
 from ...settings import PRECOMPUTED
 from .. import plots
 from ..examples import load_examples

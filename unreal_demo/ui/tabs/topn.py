@@ -12,7 +12,7 @@ from ...evaluation.longcontext.contexts import DISTRACTORS, label
 from ...evaluation.longcontext.report import curve_methods, describe_peak, rank
 from ...evaluation.longcontext.report import name as method_name
 from ...evaluation.results import head_digest, head_mismatch, made_by
-from ...pipeline import Loading
+from ...serving import Loading
 from ...settings import PRECOMPUTED
 from .. import plots
 from ..glossary import SYMBOLS
