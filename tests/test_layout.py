@@ -103,3 +103,32 @@ def test_the_package_never_names_the_experiments():
     hits = [f"{p.relative_to(ROOT.parent)}:{n}" for p in sorted(ROOT.rglob("*")) if p.is_file() and p.suffix != ".pyc"
             for n, line in enumerate(p.read_text(errors="ignore").splitlines(), 1) if "experiments" in line]
     assert not hits, hits
+
+
+def _defined(path: Path) -> set[str]:
+    """The names a module defines at its top level (not the ones it imports)."""
+    out = set()
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            out.add(node.name)
+        elif isinstance(node, ast.Assign | ast.AnnAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            out |= {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+    return out
+
+
+@pytest.mark.parametrize("service", ["unreal_demo.pipeline", "unreal_demo.serving"])
+def test_front_ends_import_each_name_from_where_it_lives(service):
+    """The service modules re-export nothing: what is imported from them is defined there (an error type, a method
+    list or a constant is imported from its own module)."""
+    own = _defined(MODULES[service])
+    users = [*MODULES.items(), ("app", ROOT.parent / "app.py")]
+    wrong = []
+    for name, path in users:
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                base = package.split(".")[: len(package.split(".")) - node.level + 1] if node.level else []
+                if ".".join([*base, *([node.module] if node.module else [])]) == service:
+                    wrong += [f"{name}: {a.name}" for a in node.names if a.name not in own]
+    assert not wrong, wrong
