@@ -46,3 +46,37 @@ def test_open_sets_refuses_unknown_positives_or_dev_before_loading_anything(posi
 
     with pytest.raises(ValueError, match="positives must be one of cleaner, judged, judged-more"):
         open_sets("no/such/head.json", None, positives, dev)
+
+
+@pytest.mark.parametrize("head", ["smollm2-135m-mix-joint", "smollm2-135m-mix-joint-seed1",
+                                  "smollm2-135m-mix-joint-r64"])
+def test_a_shipped_joint_head_s_recorded_command_runs_as_train_stage_joint(head):
+    """The command a joint head records (``adapter --joint …``, its name before issue 56) parses as ``train --stage
+    joint …`` into the very settings the head records: its recipe is reproducible from the product CLI."""
+    import json
+    import shlex
+    from dataclasses import asdict
+
+    from unreal_demo.cli import build_parser
+    from unreal_demo.cli.train import joint_config
+    from unreal_demo.settings import PRECOMPUTED
+
+    prov = json.loads((PRECOMPUTED / "heads" / head / "head.json").read_text())["provenance"]
+    command = prov["joint_command"].replace("python -m unreal_demo adapter --joint", "train --stage joint")
+    args = build_parser().parse_args(shlex.split(command))
+    assert asdict(joint_config(args)) | prov["joint"] == asdict(joint_config(args))
+    assert args.head == "precomputed/heads/smollm2-135m-mix-alpha/head.json"
+
+
+def test_the_alpha_stage_is_the_shipped_alpha_head_s_variant():
+    import json
+    from dataclasses import asdict
+
+    from unreal_demo.settings import PRECOMPUTED
+    from unreal_demo.training.alpha import ALPHA, alpha_variant
+
+    prov = json.loads((PRECOMPUTED / "heads" / "smollm2-135m-mix-alpha" / "head.json").read_text())["provenance"]
+    variant = alpha_variant(400)
+    assert prov["adapter"] == ALPHA == variant.label
+    assert asdict(variant.cfg) | prov["adapter_row"]["settings"] == asdict(variant.cfg)
+    assert prov["adapter_row"]["sources"] == "+".join(variant.sources)
