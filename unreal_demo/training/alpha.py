@@ -142,7 +142,8 @@ def finish(stage: Stage, head_path: str, variants: list[Variant], out: str | Non
            save_label: str | None = None, reference: list[dict] | None = None,
            centred: torch.Tensor | None = None) -> dict:
     """Train ``variants`` on ``stage`` (:func:`run_variants`, resumable), write the result (``out``) and the best
-    variant on dev (or ``save_label``) as a head (``save``) with its fusion weight refitted on dev. ``reference``:
+    variant on dev (or ``save_label``) as a head (``save``) with its fusion weight refitted on dev and the command
+    that made it in its provenance (``adapter_command``, as a joint head records ``joint_command``). ``reference``:
     rows of other retrievers shown under the variants."""
     s = stage
     rows, heads = run_variants(s.head, s.train_s, s.dev_s, s.test_s, s.keys, s.usable, s.train_mask, variants,
@@ -161,7 +162,8 @@ def finish(stage: Stage, head_path: str, variants: list[Variant], out: str | Non
         chosen.config.fusion_weight = fit_fusion_on_dev(chosen, s.index, s.devs, s.dev_s, s.keys, s.usable)
         chosen.config.provenance = s.head.config.provenance | {
             "adapter": label, "adapter_data": result["sets"],
-            "adapter_row": next(r for r in rows if r["variant"] == label)}
+            "adapter_row": next(r for r in rows if r["variant"] == label),
+            "adapter_command": result["provenance"]["command"], "adapter_date": result["provenance"]["date"]}
         chosen.save(save)
     return result
 
