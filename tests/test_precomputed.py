@@ -17,17 +17,18 @@ from unreal_demo.settings import DEFAULT_HEADS, DEFAULT_MODEL, PRECOMPUTED, REPO
 PRODUCT = sorted((REPO / "unreal_demo").rglob("*.py")) + [REPO / "app.py"]
 
 
-def _strings(path: Path) -> set[str]:
+def _constants(path: Path) -> list[str]:
     """The string constants of a module that are not docstrings (names a reader uses, not prose)."""
     tree = ast.parse(path.read_text())
     docs = {id(node.body[0].value) for node in ast.walk(tree)
             if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
             and node.body and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)}
-    return {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)
-            and id(n) not in docs}
+    return [n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)
+            and id(n) not in docs]
 
 
-STRINGS = set().union(*map(_strings, PRODUCT))
+CONSTANTS = [c for path in PRODUCT for c in _constants(path)]
+STRINGS = set(CONSTANTS)
 PATTERNS = {s for s in STRINGS if "*" in s}  # glob patterns a reader scans (the About tab's eval_retrieval*.json)
 FOLDERS = {"heads", "index", "answers", "judged"}
 
@@ -40,6 +41,11 @@ def _read_by_product(name: str) -> bool:
 def test_every_result_in_precomputed_is_read_by_the_product(path):
     assert _read_by_product(path.name), (f"precomputed/{path.name} is read by no product code (unreal_demo/, app.py):"
                                          " an experiment's record belongs in experiments/records/EXP/")
+
+
+def test_each_result_is_named_once_in_the_code_that_reads_it():
+    named = {p.name: sum(p.name in c for c in CONSTANTS) for p in PRECOMPUTED.iterdir() if p.is_file()}
+    assert {name: n for name, n in named.items() if n > 1} == {}
 
 
 def test_precomputed_holds_no_other_folder_and_one_naming_scheme():
