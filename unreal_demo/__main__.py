@@ -1,7 +1,5 @@
 """``python -m unreal_demo``: the command line (:mod:`unreal_demo.cli`)."""
-import sys
-
 from unreal_demo.cli import main
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())
