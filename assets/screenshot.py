@@ -80,7 +80,9 @@ def main(names: list[str]) -> None:
             if "wikipedia" in wanted:
                 t = tab(page, "Wikipedia")
                 t.get_by_label("Query", exact=True).fill("Who was the first president of the United States?")
-                t.get_by_role("button", name="Search").click()
+                t.get_by_role("button", name="Search").click()  # the example's cards are cleared first
+                t.locator(".unreal-wait").first.wait_for(timeout=60_000)
+                t.locator(".unreal-wait").first.wait_for(state="detached", timeout=300_000)
                 t.locator(".unreal-card").first.wait_for(timeout=300_000)
                 t.get_by_role("button", name="Answer from the top 5").click()
                 wait_answer(page, t)
@@ -93,10 +95,7 @@ def main(names: list[str]) -> None:
 
             if "intrinsic" in wanted:
                 t = tab(page, "By layer")
-                t.get_by_label("Context").fill("Paris is the capital of France. " * 8
-                                               + "The fox jumps over the dog. " * 8)
-                t.get_by_label("Question").fill("What is the capital of France?")
-                t.get_by_role("button", name="Score every layer and head").click()
+                t.get_by_role("button", name="Short: capital of France").click()  # four chunks
                 t.get_by_text("best rank").wait_for(timeout=300_000)
                 shoot(page, "intrinsic")
 

@@ -210,13 +210,20 @@ def test_long_document_compare_mode(page, shots):
 
 
 def test_wikipedia_search_and_answer(page, shots):
+    from unreal_demo.ui.tabs.wikipedia import EXAMPLE_QUERIES
+
     tab = open_tab(page, "Wikipedia")
-    tab.get_by_text("ready to search: new_wiki").wait_for(timeout=30_000)
+    # the tab opens with its first example query searched and answered (drawn once after start-up)
+    sync_api.expect(tab.get_by_label("Query", exact=True)).to_have_value(next(iter(EXAMPLE_QUERIES.values())),
+                                                                       timeout=120_000)
+    sync_api.expect(tab.get_by_label(ANSWER_LABEL)).not_to_have_value("", timeout=60_000)
+    query_box, status = tab.get_by_label("Query", exact=True).bounding_box(), tab.get_by_text("corpus").first
+    assert query_box["y"] < status.bounding_box()["y"]  # the query box comes first
     tab.get_by_label("Query", exact=True).fill("How much does item 7 weigh?")
     tab.get_by_role("radio", name="bm25").check()
     tab.get_by_role("button", name="Search").click()
     tab.get_by_text("Passage 7: the item 7 weighs 21 kilograms.").first.wait_for(timeout=60_000)
-    assert tab.locator(".unreal-card u").count() >= 1  # BM25's matched terms in the top-5 hits
+    tab.locator(".unreal-card u").first.wait_for(timeout=60_000)  # BM25's matched terms in the top-5 hits
     tab.get_by_role("radio", name="unreal").check()
     tab.get_by_role("button", name="Search").click()
     tab.locator(".unreal-card .unreal-seg").first.wait_for(timeout=60_000)  # UNREAL's pooled spans, shaded
@@ -316,7 +323,7 @@ def test_a_new_document_leaves_nothing_of_the_last_one(page):
     sync_api.expect(tab.locator("#unreal-answer-check")).to_contain_text("Answer check", timeout=60_000)
     box.fill(GPL)
     tab.get_by_label("Question", exact=True).fill(GPL_QUESTION)
-    page.get_by_role("button", name="Compare methods").click()
+    page.get_by_role("button", name="Compare methods", exact=True).click()
     sync_api.expect(tab.locator("#unreal-answer-check")).to_contain_text("Compare methods answers", timeout=60_000)
     page.wait_for_timeout(1000)
     shown = tab.inner_text()

@@ -35,12 +35,13 @@ COMPARE_COLUMNS = ["chunk", "selected by", *(f"{m} rank" for m in COMPARED), "te
 ANSWER_COLUMNS = ["method", "answer", "evidence check", "prompt tokens", "time to first token s"]
 EMPTY_TIMINGS = pd.DataFrame(columns=TIMING_COLUMNS)
 # column widths: short number columns wide enough for their header words, the text column takes the rest
-SELECTED_WIDTHS = ["9%", "8%", "10%", "11%", "62%"]
+SELECTED_WIDTHS = ["13%", "10%", "14%", "14%", "49%"]
+ANSWER_WIDTHS = ["11%", "45%", "20%", "11%", "13%"]  # the check and timing columns inside the panel
 COMPARE_WIDTHS = ["8%", "13%", *["9%"] * len(COMPARED), "43%"]
 EVIDENCE_PLACEHOLDER = ("<p class='unreal-placeholder'>The selected chunks appear here, each span coloured by how "
                         "strongly UNREAL's query groups matched it and BM25's terms underlined.</p>")
-METHOD_INFO = ("unreal: the trained head (MaxSim); bm25: word matching; dense: sentence vectors (MiniLM); sparse: "
-               "the model's own token states; hybrid-rrf: UNREAL and BM25 ranks merged; full: no selection")
+METHOD_INFO = ("unreal: the trained head (MaxSim) · bm25: words · dense: MiniLM vectors · sparse: the model's token "
+               "states · hybrid-rrf: UNREAL and BM25 ranks merged · full: no selection")
 
 
 def read_upload(path: str | None, current: str) -> str:
@@ -140,37 +141,39 @@ def build_tab(loader: Loading) -> Ready:
     gr.Markdown(HOW_TO_READ, elem_classes=["unreal-howto"])
     with gr.Row(elem_classes=["unreal-examples"]):
         gr.Markdown("**Examples:**", elem_classes=["unreal-examples-label"])
-        example_buttons = [gr.Button(e["label"], size="sm", interactive=False) for e in spec]
-    if spec:
-        gr.Markdown("Each example states the answer it should get: " + "; ".join(
-            f"*{e['label']}*: {e['note']}" for e in spec) + ".", elem_classes=["unreal-examples-note"])
+        # each button states the answer its example should get (a slow test checks that it does)
+        example_buttons = [gr.Button(e["label"] if e["answer"] in e["label"] else f"{e['label']} → {e['answer']}",
+                                     size="sm", interactive=False) for e in spec]
     worked = spec[0] if spec else None
-    banner = gr.Markdown("⏳ **Worked example**: the needle example's result is drawn here once the model has "
-                         "loaded (computed once at start-up).", elem_id="unreal-example",
-                         elem_classes=["unreal-example"], visible=worked is not None)
-    with gr.Row():  # the first screen: the text, the question and its controls, the answer and the chunks it used
+    with gr.Row():  # the first screen: the text, the question and its controls, then the answer and its chunks
         with gr.Column(scale=3):
-            text = gr.Textbox(label="Document", lines=6, max_lines=12, placeholder="Paste a long document…",
+            text = gr.Textbox(label="Document (scrolls)", lines=7, max_lines=7, placeholder="Paste a long document…",
                               value=worked["text"] if worked else "")
+            with gr.Row():
+                run = gr.Button("Select evidence and answer", variant="primary", interactive=False, scale=3)
+                stop = gr.Button("Stop", variant="stop", elem_id="unreal-stop-ask", min_width=70, scale=1)
+        with gr.Column(scale=2):
+            question = gr.Textbox(label="Question", lines=1, value=worked["question"] if worked else "")
+            n = gr.Slider(1, MOST_N, value=5, step=1, label="n (chunks to select)", info=SYMBOLS["n"])
+            method = gr.Radio(names("document"), value="unreal", label="Method", info=METHOD_INFO)
+    with gr.Row():
+        with gr.Column(scale=3):
             answer = gr.Textbox(label=ANSWER_LABEL, lines=2, elem_classes=["unreal-answer"],
                                 placeholder="The answer appears here, token by token.")
             check = gr.HTML(PLACEHOLDER, elem_id="unreal-answer-check")
         with gr.Column(scale=2):
-            question = gr.Textbox(label="Question", lines=2, value=worked["question"] if worked else "")
-            n = gr.Slider(1, MOST_N, value=5, step=1, label="n (chunks to select)", info=SYMBOLS["n"])
-            method = gr.Radio(names("document"), value="unreal", label="Method", info=METHOD_INFO)
-            also_full = gr.Checkbox(label="also time full context (slow on CPU)", value=False)
-            with gr.Row():
-                run = gr.Button("Select evidence and answer", variant="primary", interactive=False)
-                stop = gr.Button("Stop", variant="stop", elem_id="unreal-stop-ask", min_width=80)
+            chosen = gr.Dataframe(pd.DataFrame(columns=SELECTED_COLUMNS), label="Selected chunks, document order",
+                                  wrap=True, interactive=False, column_widths=SELECTED_WIDTHS, max_height=420)
+            notice = gr.Markdown(status, elem_classes=["unreal-notice"] if status else None)
             with gr.Row():
                 compare = gr.Button("Compare methods", interactive=False)
-                answer_each = gr.Checkbox(label="answer with each method", value=False)
-            notice = gr.Markdown(status, elem_classes=["unreal-notice"] if status else None)
+                answer_each = gr.Checkbox(label="Compare: answer with each method", value=False)
+            also_full = gr.Checkbox(label="also time full context (slow on CPU)", value=False)
             upload = gr.File(label="…or upload a .txt / .md file", file_types=[".txt", ".md"], type="filepath",
                              height=90)
-    chosen = gr.Dataframe(pd.DataFrame(columns=SELECTED_COLUMNS), label="Selected chunks, document order",
-                          wrap=True, interactive=False, column_widths=SELECTED_WIDTHS, max_height=260)
+    banner = gr.Markdown("⏳ **Worked example**: the needle example's result is drawn here once the model has "
+                         "loaded (computed once at start-up).", elem_id="unreal-example",
+                         elem_classes=["unreal-example"], visible=worked is not None)
     with gr.Row():
         bars = gr.Plot(label="Per-chunk scores (after a run)", min_width=420)
         heat = gr.Plot(label="MaxSim detail (after an UNREAL run)", visible=False, min_width=420)
@@ -190,7 +193,8 @@ def build_tab(loader: Loading) -> Ready:
         cmp_table = gr.Dataframe(pd.DataFrame(columns=COMPARE_COLUMNS), wrap=True, interactive=False,
                                  column_widths=COMPARE_WIDTHS,
                                  label="Chunks any method selected: who selected each, and its rank under each")
-        cmp_answers = gr.Dataframe(pd.DataFrame(columns=ANSWER_COLUMNS), wrap=True, interactive=False, label=(
+        cmp_answers = gr.Dataframe(pd.DataFrame(columns=ANSWER_COLUMNS), wrap=True, interactive=False,
+                                   column_widths=ANSWER_WIDTHS, label=(
             f"Each method's answer by {loader.model} ({ANSWER_RULE.limit}; tick 'answer with each method'), and "
             "whether a sentence of that method's selected chunks states it"))
         cmp_files = gr.File(label="Download the comparison (JSON, CSV)", file_count="multiple", interactive=False)
