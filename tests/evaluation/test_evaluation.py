@@ -110,6 +110,12 @@ def test_index_retrieval_eval_counts_any_chunk_of_the_gold_paragraph(tmp_path, t
     for k in (1, 5, 10):
         assert result["table"][0][f"R@{k}"] == round(evaluation.recall_at_k(ranked, gold, k), 4)
     assert [r["key"] for r in result["table"]] == ["bm25", "unreal"] and result["table"][1]["n"] == 10
+    # every question's gold rank is kept per method, in the sample's order, and gives the table's recall back
+    assert result["questions"] == [q.id for q in order]
+    assert result["ranks"]["bm25"] == evaluation.gold_ranks(ranked, gold)
+    for row in result["table"]:
+        hits = [r is not None and r <= 10 for r in result["ranks"][row["key"]]]
+        assert row["R@10"] == round(sum(hits) / len(hits), 4)
     # score fusion over the index with the head's own dev-fitted w, against w·z(U) + (1−w)·z(BM25) by hand
     with pytest.raises(UserError, match="no score-fusion weight"):
         evaluation.run_index_retrieval_eval(explorer, ix, sample=10, methods=["hybrid-fusion"], seed=0)

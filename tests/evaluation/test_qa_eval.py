@@ -106,3 +106,15 @@ def test_several_k_in_one_run_bounds_once(setup, monkeypatch):
     assert result["k"] == [1, 3] and result["prompt"] == qa_eval.DEFAULT_PROMPT
     with pytest.raises(qa_eval.UserError, match="at least 1"):
         qa_eval.run_qa_eval(explorer, ix, 3, ["bm25"], ks=(0,))
+
+
+def test_methods_without_keys_run_with_another_backbone(setup, tiny, monkeypatch):
+    """BM25, dense and the bounds read no keys, so any LLM answers from an index built with another (a second
+    backbone's QA rows from the shipped index); a method that reads keys is still refused."""
+    _, ix = setup
+    monkeypatch.setattr(qa_eval, "questions", lambda sample, seed: (QS, GOLD))
+    other = Explorer(tiny, untrained_head(tiny, n_ret=4, n_groups=2, chunk_layer=2, n_context=1), None)
+    result = qa_eval.run_qa_eval(other, ix, methods=["none", "oracle", "bm25", "dense"], ks=[1])
+    assert [row["key"] for row in result["table"]] == ["none", "oracle", "bm25", "dense"]
+    with pytest.raises(idx.IndexStoreError):
+        qa_eval.run_qa_eval(other, ix, methods=["bm25", "unreal"], ks=[1])

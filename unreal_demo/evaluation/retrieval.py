@@ -87,6 +87,46 @@ def estimate(row: dict, metric: str) -> tuple[float, float | None, float | None]
     return value, low, high
 
 
+def gold_ranks(rankings: Sequence[Sequence[int]], gold: Sequence[set[int]]) -> list[int | None]:
+    """Each query's 1-based rank of its first gold item, None when none is in its ranking (kept per question in
+    every retrieval record, so two methods or two backbones can be compared question by question).
+
+    >>> gold_ranks([[3, 1, 2], [0, 2, 1]], [{1}, {5}])
+    [2, None]
+    """
+    return [next((i + 1 for i, x in enumerate(r) if x in g), None) for r, g in zip(rankings, gold, strict=True)]
+
+
+def mcnemar_p(a_only: int, b_only: int) -> float:
+    """McNemar's exact test: the two-sided sign-test p of ``a_only`` against ``b_only`` (the questions only one of
+    two methods gets right; those both or neither get right carry no information), to three significant figures.
+
+    >>> mcnemar_p(5, 0), mcnemar_p(14, 10), mcnemar_p(0, 0)
+    (0.0625, 0.541, 1.0)
+    """
+    n = a_only + b_only
+    tail = sum(math.comb(n, i) for i in range(min(a_only, b_only) + 1)) / 2**n
+    return float(f"{min(1.0, 2 * tail):.3g}")
+
+
+def paired(a: Sequence[int | None], b: Sequence[int | None], k: int) -> dict:
+    """R@k of two rank lists over the same questions, compared question by question: how many only ``a`` / only
+    ``b`` finds within ``k``, and :func:`mcnemar_p` of that split.
+
+    >>> paired([1, 3, None, 1], [2, 1, 1, None], 1)
+    {'k': 1, 'a': 0.5, 'b': 0.5, 'a_only': 2, 'b_only': 2, 'p': 1.0}
+    """
+    if len(a) != len(b):
+        raise ValueError(f"paired ranks need the same questions ({len(a)} against {len(b)})")
+    hit_a = [r is not None and r <= k for r in a]
+    hit_b = [r is not None and r <= k for r in b]
+    a_only = sum(x and not y for x, y in zip(hit_a, hit_b, strict=True))
+    b_only = sum(y and not x for x, y in zip(hit_a, hit_b, strict=True))
+    n = max(1, len(a))
+    return {"k": k, "a": round(sum(hit_a) / n, 4), "b": round(sum(hit_b) / n, 4), "a_only": a_only,
+            "b_only": b_only, "p": mcnemar_p(a_only, b_only)}
+
+
 def metrics(rankings: Sequence[Sequence[int]], gold: Sequence[set[int]]) -> dict:
     row = {f"R@{k}": round(recall_at_k(rankings, gold, k), 4) for k in KS}
     row["MRR@10"] = round(mrr_at_k(rankings, gold, 10), 4)
@@ -202,12 +242,13 @@ def run_retrieval_eval(sample: int = 500, methods: Sequence[str] = ("bm25", "den
     store = corpus_store([p.text for p in corpus], explorer, keep_tokens="sparse" in methods)
     texts = [q.text for q in qs]
     weight = fusion_weight(explorer, methods)
-    rows, seconds, memo = [], {}, {}
+    rows, seconds, memo, ranks = [], {}, {}, {}
     for m in methods:
         t0 = time.perf_counter()
         ranked = rankings(store, explorer, texts, m, memo=memo)
         seconds[m] = round(time.perf_counter() - t0, 1)
         rows.append({"method": _label(m, weight), "key": m} | metrics(ranked, gold) | {"n": len(gold)})
+        ranks[m] = gold_ranks(ranked, gold)
     result = {
         "setting": f"{len(gold)} SQuAD-Shifts {'Amazon' if corpus_name == 'amazon' else 'New-Wiki'} questions "
                    f"(seed {seed}); corpus {len(corpus):,} passages "
@@ -215,6 +256,7 @@ def run_retrieval_eval(sample: int = 500, methods: Sequence[str] = ("bm25", "den
         "corpus": corpus_name,
         "seconds": seconds, "fusion_weight": weight, "table": rows,
         "markdown": _markdown(rows),
+        "questions": [q.id for q in qs], "ranks": ranks,  # each question's gold rank per method (top 100)
     }
     return write_result(result, out, explorer)
 
@@ -234,18 +276,19 @@ def run_index_retrieval_eval(explorer, index, sample: int = 1000,
     gold = [by_passage.get(q.passage_id, set()) for q in qs]
     if not all(gold):
         raise UserError("the index does not hold the New-Wiki paragraphs: build it with --corpus all or new_wiki")
-    rows, seconds, memo = [], {}, {}
+    rows, seconds, memo, ranks = [], {}, {}, {}
     for m in methods:
         t0 = time.perf_counter()
         ranked = rankings(index, explorer, [q.text for q in qs], m, depth=20, memo=memo)
         seconds[m] = round(time.perf_counter() - t0, 1)
         rows.append({"method": _label(m, weight), "key": m} | metrics(ranked, gold) | {"n": len(gold)})
+        ranks[m] = gold_ranks(ranked, gold)
     m_ = index.manifest
     result = {"setting": f"{len(qs)} SQuAD-Shifts New-Wiki questions (seed {seed}) against the {m_['chunks']:,}-chunk "
                          f"index of {m_['passages']:,} passages (a hit: any chunk of the gold paragraph); head "
                          f"{explorer.head_source}",
               "corpus": "index", "seconds": seconds, "fusion_weight": weight, "table": rows,
-              "markdown": _markdown(rows)}
+              "markdown": _markdown(rows), "questions": [q.id for q in qs], "ranks": ranks}  # gold ranks (top 20)
     return write_result(result, out, explorer)
 
 

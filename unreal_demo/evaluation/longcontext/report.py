@@ -8,12 +8,10 @@ cells at one length into the downstream QA table (k = n), the form of ``eval qa`
 
 from __future__ import annotations
 
-from math import comb
-
 from ...retrieval.registry import METHODS
 from ..qa import BOUNDS, LABELS, gap_closed
 from ..qa import markdown as qa_markdown
-from ..retrieval import estimate
+from ..retrieval import estimate, mcnemar_p
 from .contexts import label
 
 ORDER = {m: i for i, m in enumerate(METHODS)}
@@ -247,8 +245,5 @@ def recall_pairs(rows: list[dict], a: str = "unreal", b: str = "bm25") -> list[d
             counts = split.setdefault((length, n), [0, 0])
             counts[0] += got[a] > got[b]
             counts[1] += got[b] > got[a]
-    out = []
-    for (length, n), (x, y) in sorted(split.items()):
-        tail = sum(comb(x + y, i) for i in range(min(x, y) + 1)) / 2 ** (x + y)
-        out.append({"length": length, "n": n, "a_only": x, "b_only": y, "p": float(f"{min(1.0, 2 * tail):.3g}")})
-    return out
+    return [{"length": length, "n": n, "a_only": x, "b_only": y, "p": mcnemar_p(x, y)}
+            for (length, n), (x, y) in sorted(split.items())]
