@@ -208,18 +208,20 @@ def build_tab(loader: Loading, open_stores: bool | None = None) -> Ready:
                 pd.DataFrame(columns=[c for c in HIT_COLUMNS if c != "BM25 rank"]), gr.skip(),
                 "<p class='unreal-wait'>⏳ searching …</p>", {}, "", PLACEHOLDER)
 
-    def search_steps(q: str, k_: float, m: str, name: str, where: str, source: str, title: str):
+    def search_steps(q: str, k_: float, m: str, name: str, where: str, source: str, title: str, run: Run):
         try:
             check_search(q, k_)
         except UserError as exc:
             raise gr.Error(str(exc)) from None
         yield cleared_search()
-        yield found_for(q, k_, m, name, where, source, title)
+        result = found_for(q, k_, m, name, where, source, title)  # one scan: Stop is checked when it ends
+        run.check()
+        yield result
 
     async def do_search(q: str, k_: float, m: str, name: str = "all", where: str = "", source: str = "",
                         title: str = "", request: gr.Request = None):
         run = RUNS.begin(request, "wikipedia")
-        async for out in stepped(search_steps(q, k_, m, name, where, source, title), run,
+        async for out in stepped(search_steps(q, k_, m, name, where, source, title, run), run,
                                  lambda: (gr.skip(),) * 3 + (f"⏹ {run.stopped()}",) + (gr.skip(),) * 4):
             yield out
 
