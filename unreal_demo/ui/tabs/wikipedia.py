@@ -24,7 +24,7 @@ from .. import plots
 from ..answer_check import ANSWER_LABEL, PLACEHOLDER, check_html, checked, prefill_html
 from ..evidence import hits_html, title_text
 from ..gpu import on_gpu
-from ..wiring import RUNS, Once, Ready, Run, stepped
+from ..wiring import RUNS, Once, Ready, Run, Stopped, stepped
 
 HIT_COLUMNS = ["rank", "title", "score", "BM25 rank", "passage"]
 METHOD_INFO = ("unreal: the trained head (MaxSim); bm25: word matching; dense: sentence vectors; sparse: token "
@@ -184,9 +184,12 @@ def build_tab(loader: Loading, open_stores: bool | None = None) -> Ready:
     with gr.Accordion("Downstream QA: each retriever's top-k, same LLM (the paper's Table 1)", open=False):
         qa_panel(loader)
 
-    def open_index(name: str, where: str = "", source: str = "", title: str = "",
+    def open_index(name: str, where: str = "", source: str = "", title: str = "", request: gr.Request = None,
                    progress=gr.Progress()):  # noqa: B008 (Gradio's idiom)
+        run = RUNS.begin(request, "wikipedia-build")
+
         def report(p: BuildProgress) -> None:
+            run.check()  # Stop: the build ends at its next batch, and resumes from there when pressed again
             if not p.total:  # the corpus is read; the encoding begins
                 progress(0, desc=f"building: about {p.estimate / 60:.0f} min on 2 CPU cores")
             else:
@@ -195,6 +198,8 @@ def build_tab(loader: Loading, open_stores: bool | None = None) -> Ready:
 
         try:  # a folder or store named: opened, never built; the corpus's own index: built or resumed if need be
             got = stores.load(name, where, store_filter(source, title), progress=report)
+        except Stopped:
+            return f"⏹ {run.stopped()} The build resumes where it stopped when you press *Build or load index*."
         except UserError as exc:
             raise gr.Error(str(exc)) from None
         if got.built is None:
@@ -285,7 +290,7 @@ def build_tab(loader: Loading, open_stores: bool | None = None) -> Ready:
 
     found = [chart, table, bm25_table, status, evidence, searched, answer, check]
     where = [corpus, store_box, source_box, title_box]
-    building = load.click(open_index, where, status, api_name=False)
+    load.click(open_index, where, status, api_name=False)
     go_btn.click(on_gpu(do_search), [query, k, method, *where], found, api_name="search")
     answer_btn.click(on_gpu(do_answer), searched, [answer, check, evidence], api_name=False)
     for button, q in zip(example_buttons, EXAMPLE_QUERIES.values(), strict=True):
@@ -294,10 +299,10 @@ def build_tab(loader: Loading, open_stores: bool | None = None) -> Ready:
 
     def stop_run(request: gr.Request) -> None:
         RUNS.stop(request, "wikipedia")
+        RUNS.stop(request, "wikipedia-build")
 
-    # Stop sets the search's or answer's flag (they end saying so); a build resumes where it stopped
+    # Stop sets the flag of the search, answer or build under way: each ends at its next check, saying so
     stop.click(stop_run, None, None, api_name="stop_search", queue=False)
-    stop.click(None, None, None, cancels=[building], api_name=False)
 
     def fill(explorer: Explorer) -> dict:
         ready = ready_corpora(explorer)
