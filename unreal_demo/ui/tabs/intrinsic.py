@@ -15,7 +15,7 @@ from ...settings import PRECOMPUTED
 from .. import plots
 from ..examples import load_examples
 from ..gpu import on_gpu
-from ..wiring import Ready
+from ..wiring import RUNS, Ready, stepped
 
 HOW_TO_READ = (
     "**How to read this tab.** Does the model, untrained, already know where the answer is? Every layer × attention "
@@ -90,7 +90,15 @@ def build_tab(loader: Loading) -> Ready:
     top_text = gr.Markdown()
     last = gr.State({})  # per user: the chunk texts and layer × chunk scores of the last run
 
-    def score(doc: str, q: str, m: str, view: str, chunk_id: float | None, at_layer: float):
+    async def score(doc: str, q: str, m: str, view: str, chunk_id: float | None, at_layer: float,
+                    request: gr.Request = None):
+        """The scores, computed in a worker thread whose wait Stop abandons at once (:func:`wiring.stepped`)."""
+        run = RUNS.begin(request, "by-layer")
+        async for out in stepped(score_steps(doc, q, m, view, chunk_id, at_layer), run,
+                                 lambda: (gr.skip(),) * 5):
+            yield out
+
+    def score_steps(doc: str, q: str, m: str, view: str, chunk_id: float | None, at_layer: float):
         """Every panel emptied first (nothing of an earlier context stays beside this one's), then the scores."""
         yield None, None, "⏳ scoring every layer and head …", "", {}
         try:
