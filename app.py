@@ -13,7 +13,7 @@ import sys
 import threading
 from typing import TYPE_CHECKING
 
-from unreal_demo.settings import DEFAULT_MODEL, env, open_stores  # standard library only, as the splash
+from unreal_demo.settings import DEFAULT_MODEL, OFFLINE_MODELS, env, open_stores  # standard library only, as the splash
 from unreal_demo.ui.splash import Splash  # standard library only: the port serves before anything heavy imports
 
 if TYPE_CHECKING:
@@ -38,7 +38,8 @@ def _report(loader: Loading) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default=env("UNREAL_MODEL"),
-                        help="a Hugging Face id or folder (default: the offline default model)")
+                        help=f"an offline model ({' or '.join(OFFLINE_MODELS)}), a Hugging Face id or a folder "
+                             "(default: the offline default model)")
     parser.add_argument("--head", default=env("UNREAL_HEAD"))
     parser.add_argument("--device", default=env("UNREAL_DEVICE"))
     parser.add_argument("--dtype", default=env("UNREAL_DTYPE"))

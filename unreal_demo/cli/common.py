@@ -8,12 +8,13 @@ import sys
 
 from ..errors import InputError, UserError
 from ..retrieval import registry as retrieval
-from ..settings import DEFAULT_MODEL, display_path
+from ..settings import DEFAULT_MODEL, OFFLINE_MODELS, display_path
 
 
 def model_flags(p: argparse.ArgumentParser, dtype: bool = False) -> None:
     """``--model`` and ``--head`` (and ``--dtype``) on a command."""
-    p.add_argument("--model", default=DEFAULT_MODEL, help="offline default, a Hugging Face id, or a folder")
+    p.add_argument("--model", default=DEFAULT_MODEL,
+                   help=f"an offline model ({' or '.join(OFFLINE_MODELS)}), a Hugging Face id, or a folder")
     p.add_argument("--head", default=None, help="head path (NAME.json/.safetensors); default: shipped head")
     if dtype:
         p.add_argument("--dtype", default=None, help="fp32 | bf16 | fp16 (default: $UNREAL_DTYPE, else bf16 on "
