@@ -68,7 +68,9 @@ def run(args: argparse.Namespace) -> None:
 
         methods = retrieval.check(args.methods.split(",") if args.methods else [*BOUNDS, *retrieval.names("index")],
                                   "index", BOUNDS)
-        explorer = Explorer.load(args.model, head=args.head, require_head=True, dtype=args.dtype)
+        trained = any(retrieval.METHODS[m].trained for m in methods if m in retrieval.METHODS)
+        # the bounds, BM25 and dense need no head: any model answers them (a second backbone before its head)
+        explorer = Explorer.load(args.model, head=args.head, require_head=trained, dtype=args.dtype)
         ix = open_store(args.index or index.default_index(explorer))
         methods = servable(ix, explorer, methods, bool(args.methods))
         bar = tqdm(unit="question")
@@ -85,7 +87,9 @@ def run(args: argparse.Namespace) -> None:
         from ..store.qdrant import open_store
 
         methods = retrieval.check(args.methods.split(",") if args.methods else retrieval.names("index"), "index")
-        explorer = Explorer.load(args.model, head=args.head, require_head=True, dtype=args.dtype)
+        trained = any(retrieval.METHODS[m].trained for m in methods if m in retrieval.METHODS)
+        # the bounds, BM25 and dense need no head: any model answers them (a second backbone before its head)
+        explorer = Explorer.load(args.model, head=args.head, require_head=trained, dtype=args.dtype)
         ix = open_store(args.index or index.default_index(explorer))
         methods = servable(ix, explorer, methods, bool(args.methods))
         result = run_index_retrieval_eval(explorer, ix, args.sample, methods, args.seed, args.out)
