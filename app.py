@@ -3,7 +3,9 @@
 Every flag also reads an environment variable (for a Space): ``UNREAL_MODEL``, ``UNREAL_HEAD``,
 ``UNREAL_DEVICE``, ``UNREAL_DTYPE``, ``GRADIO_SERVER_NAME``, ``GRADIO_SERVER_PORT``. ``UNREAL_OPEN_STORES=1|0``
 lets visitors open any index folder or Qdrant store in the Wikipedia tab, or not; by default they may unless the
-app is public (on a Space, with ``--share``, or on a host other than loopback).
+app is public (on a Space, with ``--share``, or on a host other than loopback). The header's model picker offers
+every offline model on a laptop (another loads in the background; at most two in memory); a public app offers the
+models ``UNREAL_MODELS`` lists (comma-separated), else only ``--model`` (the picker is shown disabled, saying why).
 """
 
 from __future__ import annotations
@@ -13,7 +15,14 @@ import sys
 import threading
 from typing import TYPE_CHECKING
 
-from unreal_demo.settings import DEFAULT_MODEL, OFFLINE_MODELS, env, open_stores  # standard library only, as the splash
+from unreal_demo.settings import (  # standard library only, as the splash
+    DEFAULT_MODEL,
+    OFFLINE_MODELS,
+    env,
+    open_stores,
+    picker_models,
+    public,
+)
 from unreal_demo.ui.splash import Splash  # standard library only: the port serves before anything heavy imports
 
 if TYPE_CHECKING:
@@ -62,9 +71,11 @@ def main() -> int:
           flush=True)
     splash.step("importing PyTorch and the UNREAL library")
     from unreal_demo.errors import UserError
-    from unreal_demo.serving import Loading
+    from unreal_demo.serving import Loading, Models
 
     args.model = args.model or DEFAULT_MODEL
+    # the header's model picker: every offline model on a laptop; on a public app those $UNREAL_MODELS lists
+    offered, reason = picker_models(args.model, public(share=args.share, host=args.host))
 
     try:
         loader = Loading(args.model, head=args.head, device=args.device, dtype=args.dtype,
@@ -76,8 +87,10 @@ def main() -> int:
     splash.step("importing Gradio and building the six tabs")
     from unreal_demo.ui.app import CSS, build_demo
 
+    models = Models(loader, offered, reason, device=args.device, dtype=args.dtype,
+                    trust_remote_code=args.trust_remote_code)
     try:
-        demo = build_demo(loader, open_stores=stores)
+        demo = build_demo(models, open_stores=stores)
     except Exception as exc:  # a bug: the page and any waiting client hear it, the log has the traceback
         splash.fail(f"building the page failed: {type(exc).__name__}: {exc}")
         raise

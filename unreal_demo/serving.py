@@ -5,6 +5,8 @@ in :data:`CORPORA`, each opened once, shared by every request. Only ``ui/`` and 
 
 from __future__ import annotations
 
+import json
+import re
 import threading
 import time
 from collections import OrderedDict
@@ -16,10 +18,21 @@ from pathlib import Path
 from .core.head import QueryHead
 from .errors import InputError
 from .pipeline import BuildProgress, Explorer, IndexBuild, head_file
-from .settings import DEFAULT_MODEL, PRECOMPUTED, display_path, open_stores
+from .settings import (
+    DEFAULT_HEADS,
+    DEFAULT_MODEL,
+    OFFLINE_MODELS,
+    PRECOMPUTED,
+    SECOND_MODEL,
+    cache_dir,
+    display_path,
+    open_stores,
+)
 from .store import index as ix
 from .store.index import Index, IndexStoreError
 from .store.qdrant import EDGE, SERVER, QdrantStore, Where, is_spec, open_store
+
+_STARTING = threading.Lock()
 
 
 class Loading:
@@ -49,9 +62,17 @@ class Loading:
         self._args = {"model": model, "device": device, "dtype": dtype, "trust_remote_code": trust_remote_code}
 
     def start(self) -> Loading:
-        if not self.done:
-            threading.Thread(target=self._run, name="load-model", daemon=True).start()
+        """Start loading in a background thread (once: a second call returns at once)."""
+        with _STARTING:
+            if self.done or getattr(self, "_started", False):
+                return self
+            self._started = True
+        threading.Thread(target=self._run, name="load-model", daemon=True).start()
         return self
+
+    def head_note(self) -> str:
+        """Which head this model uses: its file, else why its UNREAL scores are untrained (:func:`head_note`)."""
+        return head_note(self.model, self.head_path)
 
     @classmethod
     def of(cls, explorer: Explorer) -> Loading:
@@ -101,6 +122,171 @@ class Loading:
                f"ready in {self.seconds:.1f} s{cpu}"
 
 
+def training_progress(model: str) -> str | None:
+    """How far the training of ``model``'s shipped head has come, when its folder (the one
+    :data:`settings.DEFAULT_HEADS` names, else ``precomputed/heads/MODEL``) holds a training log but no head
+    yet: ``"training: step 120 of 250, dev R@1 0.412 at step 100"``;
+    None when there is no log to read (or the head is there)."""
+    folder = DEFAULT_HEADS[model].parent if model in DEFAULT_HEADS else PRECOMPUTED / "heads" / model.replace("/", "_")
+    log_path = folder / "train_log.jsonl"
+    if (folder / "head.json").exists() or not log_path.exists():
+        return None
+    try:
+        log = [json.loads(line) for line in log_path.read_text().splitlines() if line.strip()]
+        steps = json.loads((folder / "train_config.json").read_text()).get("steps") \
+            if (folder / "train_config.json").exists() else None
+    except (OSError, ValueError):  # a log being written: read again on the next look
+        return None
+    if not log:
+        return None
+    text = f"training: step {log[-1].get('step', len(log))}" + (f" of {steps}" if steps else "")
+    dev = [r for r in log if "dev_R@1" in r]
+    if dev:
+        text += f", dev R@1 {dev[-1]['dev_R@1']:.3f} at step {dev[-1].get('step', '?')}"
+    return text
+
+
+def head_note(model: str, head_path: Path | None) -> str:
+    """Which head ``model`` uses, in words: its file, else why its UNREAL scores are untrained (its shipped head
+    still training, with the progress :func:`training_progress` reads, or none shipped)."""
+    if head_path is not None:
+        return display_path(head_path)
+    if (progress := training_progress(model)) is not None:
+        return f"untrained: its head is still training ({progress}), so UNREAL scores are untrained"
+    if model in OFFLINE_MODELS:
+        return ("untrained: its head is still training (no head shipped yet), so UNREAL scores are untrained"
+                if model != DEFAULT_MODEL else "untrained: no head shipped, so UNREAL scores are untrained")
+    return "untrained: no head ships for this model (give --head), so UNREAL scores are untrained"
+
+
+BACKBONES = {DEFAULT_MODEL: "SmolLM2-135M-Instruct (30 blocks, d = 576)",
+             SECOND_MODEL: "Qwen2.5-Coder-0.5B-Instruct (24 blocks, d = 896, 2 KV heads)"}
+"""The offline models' backbones, as the About tab names them."""
+
+
+def _own_index(model: str, corpus: str = "all") -> Path | None:
+    """``model``'s index of ``corpus``: built in the cache, else shipped (any ℓc), else None."""
+    name = model.replace("/", "_")
+    for root in (cache_dir() / "indexes", PRECOMPUTED / "index"):
+        for folder in sorted(root.glob(f"{name}-l*-{corpus}")):
+            if re.fullmatch(rf"{re.escape(name)}-l\d+-{re.escape(corpus)}", folder.name) and \
+                    (folder / "manifest.json").exists():
+                return folder
+    return None
+
+
+def model_rows(models: tuple[str, ...], loaded: dict[str, Loading] | None = None) -> list[dict]:
+    """One row per model for the About tab: the backbone, ℓc, the head it uses (or why its UNREAL scores are
+    untrained, with its training's progress) and the index the Wikipedia tab searches for it."""
+    rows = []
+    for model in models:
+        loading = (loaded or {}).get(model)
+        path = loading.head_path if loading is not None else head_file(model)
+        lc = None
+        if path is not None and path.exists():
+            lc = json.loads(path.read_text()).get("chunk_layer")
+        elif (config := PRECOMPUTED / "heads" / model.replace("/", "_") / "train_config.json").exists():
+            try:
+                lc = json.loads(config.read_text()).get("chunk_layer")
+            except ValueError:
+                lc = None
+        own = _own_index(model)
+        if own is not None:
+            index = f"`{display_path(own)}`" + (" (shipped)" if own.is_relative_to(PRECOMPUTED) else " (built)")
+        else:
+            other = next((o for o in OFFLINE_MODELS if o != model and _own_index(o) is not None), None)
+            index = ("none yet: the Wikipedia tab searches " + (f"{other}'s index with BM25 and dense only"
+                                                                  if model in OFFLINE_MODELS and other else
+                                                                  "nothing until one is built"))
+        note = head_note(model, path)
+        rows.append({"model": model, "backbone": BACKBONES.get(model, model),
+                     "ℓc": "—" if lc is None else str(lc),
+                     "head": f"`{note}`" if path is not None else note, "index": index})
+    return rows
+
+
+class Models:
+    """The models a front end serves (the app's model picker): each name -> its :class:`Loading`, made and started
+    on first use, at most ``keep`` in memory (the least recently used one that is not ``first`` is dropped: a session
+    that picks it again loads it again), and each session's choice.
+
+    ``offered``: the names the picker lists (``first``, app.py --model, first; it is every new session's model);
+    ``reason``: why the picker is disabled (None: a session may switch to any offered model). ``make`` turns a name
+    into a :class:`Loading` (default: :class:`Loading` with ``options``); ``loadings`` are ones already made (tests).
+    """
+
+    def __init__(self, first: Loading, offered: tuple[str, ...] = (), reason: str | None = None,
+                 keep: int = 2, make: Callable[[str], Loading] | None = None,
+                 loadings: dict[str, Loading] | None = None, **options) -> None:
+        self.first = first
+        self.offered = tuple(dict.fromkeys([first.model, *offered]))
+        self.reason = reason if len(self.offered) > 1 else reason or "this app serves one model"
+        self.keep, self._options = max(keep, 1), options
+        self._make = make or (lambda name: Loading(name, **self._options))
+        self._made: OrderedDict[str, Loading] = OrderedDict({first.model: first})  # least recently used first
+        self._ready = dict(loadings or {})  # made beforehand (tests): used instead of make
+        self._chosen: OrderedDict[str, str] = OrderedDict()  # session -> model name (the most recent sessions)
+        self._lock = threading.Lock()
+
+    @property
+    def switchable(self) -> bool:
+        return self.reason is None
+
+    def loading(self, name: str) -> Loading:
+        """The loading of ``name`` (one of :attr:`offered`), made and started on first use; over ``keep`` models,
+        the least recently used other than ``first`` and ``name`` is dropped.
+
+        Raises
+        ------
+        InputError
+            A name not offered, or the picker disabled (:attr:`reason`) for a name other than ``first``'s.
+        """
+        if name != self.first.model and not self.switchable:
+            raise InputError(self.reason)
+        if name not in self.offered:
+            raise InputError(f"unknown model {name!r}: this app offers {', '.join(self.offered)}")
+        with self._lock:
+            got = self._made.get(name)
+            if got is None:
+                got = self._ready.get(name) or self._make(name)
+                self._made[name] = got
+            self._made.move_to_end(name)
+            while len(self._made) > self.keep:
+                old = next(k for k in self._made if k not in (self.first.model, name))
+                del self._made[old]
+        return got.start()
+
+    def in_memory(self) -> dict[str, Loading]:
+        """The models made (loading or loaded), least recently used first."""
+        with self._lock:
+            return dict(self._made)
+
+    def choose(self, session: str | None, name: str) -> Loading:
+        """Make ``name`` the model of ``session`` (its loading starts if need be)."""
+        got = self.loading(name)
+        if session is not None:
+            with self._lock:
+                self._chosen[session] = name
+                self._chosen.move_to_end(session)
+                while len(self._chosen) > 10_000:  # sessions long gone (a closed tab's is forgotten at once)
+                    self._chosen.popitem(last=False)
+        return got
+
+    def chosen(self, session: str | None) -> str:
+        """The model name of ``session``: its choice, else ``first``'s."""
+        with self._lock:
+            return self._chosen.get(session, self.first.model) if session is not None else self.first.model
+
+    def of(self, session: str | None) -> Loading:
+        """The loading of ``session``'s model (made again if it was dropped)."""
+        name = self.chosen(session)
+        return self.first if name == self.first.model else self.loading(name)
+
+    def forget(self, session: str | None) -> None:
+        with self._lock:
+            self._chosen.pop(session, None)
+
+
 CLOSED = ("this server searches its own indexes only: opening an index folder or Qdrant store is off "
           "(UNREAL_OPEN_STORES=1 turns it on)")
 FILTER_VIEWS = 8  # filtered views of Qdrant stores kept open at once (the least recently used is dropped)
@@ -141,6 +327,35 @@ def open_any_default() -> bool:
         raise InputError(str(exc)) from None
 
 
+BORROWED_METHODS = ("bm25", "dense")
+"""The methods that search another model's index (its texts and MiniLM vectors): the others read its states."""
+
+
+def borrowed_index(explorer: Explorer, corpus: str) -> Path | None:
+    """For an offline model with no index of ``corpus`` of its own (none built, none shipped: the second backbone
+    until its index is built), another model's shipped index of it, whose texts BM25 and dense can search
+    (:data:`BORROWED_METHODS`); None otherwise (any other model: its own index or nothing)."""
+    if explorer.backbone.name not in OFFLINE_MODELS:
+        return None
+    for folder in sorted((PRECOMPUTED / "index").glob(f"*-{corpus}")):
+        try:
+            model = json.loads((folder / "manifest.json").read_text()).get("model")
+        except (OSError, ValueError):
+            continue
+        if model != explorer.backbone.name and re.fullmatch(rf".+-l\d+-{re.escape(corpus)}", folder.name):
+            return folder
+    return None
+
+
+def borrowed_note(held: str, model: str | None) -> str | None:
+    """What a status line says of a store holding the states of model ``held`` (its manifest's; "" unknown) when the
+    session's ``model`` is another (:func:`borrowed_index`): only BM25 and dense can search it; else None."""
+    if not held or not model or held == model:
+        return None
+    return (f"no UNREAL index for {model} yet; BM25/dense only (over the texts of {held}'s index; build "
+            f"{model}'s own with `python -m unreal_demo index build --model {model} --corpus all --out DIR`)")
+
+
 def _no_build(corpus: str) -> str:
     """The refusal of a build by a closed :class:`Stores` (a public app): how to build the index yourself."""
     return (f"no index of {corpus} on this server, and it builds none for visitors: build it on your own machine "
@@ -179,6 +394,7 @@ class StoreInfo:
     shipped : an index shipped with the app (under ``precomputed/``).
     only : a Qdrant store's payload filter, as ``(field, kind, value)`` terms (:meth:`store.qdrant.Where.terms`).
     ef : a Qdrant store's HNSW ef (approximate search); None for exact MaxSim.
+    model : the model whose states it holds (its manifest's), "" when it does not say.
     """
 
     kind: str
@@ -191,6 +407,7 @@ class StoreInfo:
     shipped: bool = False
     only: list[tuple[str, str, str]] | None = None
     ef: int | None = None
+    model: str = ""
 
 
 def store_info(store: Index | QdrantStore) -> StoreInfo:
@@ -202,9 +419,10 @@ def store_info(store: Index | QdrantStore) -> StoreInfo:
     if qdrant:
         return StoreInfo("qdrant-edge" if edge else "qdrant", display_path(store.folder) if edge else store.spec,
                          m["datatype"], m["chunks"], m["passages"], m["chunk_layer"], mib,
-                         only=store.where.terms() if store.where is not None else None, ef=store.ef)
+                         only=store.where.terms() if store.where is not None else None, ef=store.ef,
+                         model=m.get("model", ""))
     return StoreInfo("index", display_path(store.folder), m["dtype"], m["chunks"], m["passages"], m["chunk_layer"],
-                     mib, shipped=store.folder.is_relative_to(PRECOMPUTED))
+                     mib, shipped=store.folder.is_relative_to(PRECOMPUTED), model=m.get("model", ""))
 
 
 @dataclass(frozen=True)
@@ -347,6 +565,8 @@ class Stores:
             return self._get(_store_key(where, only),
                              lambda: self._get(whole, lambda: open_store(where)).store.filtered(only))
         folder = explorer.index_folder(corpus)
+        if not (folder / "manifest.json").exists() and not self.building(corpus):
+            folder = borrowed_index(explorer, corpus) or folder  # another model's shipped index: BM25 and dense
         try:
             return self._get(_store_key(str(folder)), lambda: Index(folder))
         except IndexStoreError:

@@ -26,7 +26,10 @@ OFFLINE_MODELS = (DEFAULT_MODEL, SECOND_MODEL)  # the names every --model and th
 # whose answering chunks were judged by reading, with a distillation term that holds its SQuAD-style ranking; of
 # that recipe's two seeds (and their mean), seed 1 is the best on the judged dev set
 # (docs/RESULTS.md, "The default head").
-DEFAULT_HEADS = {DEFAULT_MODEL: PRECOMPUTED / "heads" / "smollm2-135m-mix-joint-seed1" / "head"}
+# The second backbone's head is trained into precomputed/heads/qwen2.5-0.5b: until its head.json is written there,
+# the model runs with an untrained head (pipeline.head_file) and the app says so, with the training's progress.
+DEFAULT_HEADS = {DEFAULT_MODEL: PRECOMPUTED / "heads" / "smollm2-135m-mix-joint-seed1" / "head",
+                 SECOND_MODEL: PRECOMPUTED / "heads" / SECOND_MODEL / "head"}
 
 CHUNK_TOKENS = 141  # the chunk size T: the paper's mean chunk length, used everywhere a chunk is cut
 MAX_TOKENS = 512  # a chunk is cut to this many tokens when encoded (index chunks are ~141 tokens)
@@ -39,6 +42,7 @@ ENCODE_ENV = "UNREAL_DTYPE"
 SCAN_ENV = "UNREAL_SCAN"
 STORES_ENV = "UNREAL_OPEN_STORES"
 SPACE_ENV = "SPACE_ID"
+MODELS_ENV = "UNREAL_MODELS"
 ENVIRONMENT = {
     CACHE_ENV: "the cache folder (models, data sets, encodings, indexes); else $XDG_CACHE_HOME/unreal",
     "XDG_CACHE_HOME": "the cache folder's parent when $UNREAL_CACHE is unset (default ~/.cache)",
@@ -48,6 +52,8 @@ ENVIRONMENT = {
                 "index; 0: only its own indexes, shipped or built; else 1 unless the app is public (a Space, "
                 "--share, a --host other than loopback)",
     SPACE_ENV: "set by Hugging Face on a Space: the app is public (see $UNREAL_OPEN_STORES)",
+    MODELS_ENV: "the models the app's picker offers, comma-separated (e.g. smollm2-135m-instruct,qwen2.5-0.5b); "
+                "else every offline model on a laptop, and on a public app only app.py --model (picker disabled)",
     "UNREAL_MODEL": "app.py --model", "UNREAL_HEAD": "app.py --head", "UNREAL_DEVICE": "app.py --device",
     "GRADIO_SERVER_NAME": "app.py --host (default 127.0.0.1)", "GRADIO_SERVER_PORT": "app.py --port (default 7860)",
     "HF_HUB_OFFLINE": "1: never probe the Hugging Face hub", "HF_ENDPOINT": "the hub probed before a download",
@@ -83,7 +89,29 @@ def open_stores(share: bool = False, host: str | None = None) -> bool:
         return False
     if value:
         raise ValueError(f"${STORES_ENV} is 0 or 1, not {value!r}")
-    return not (share or env(SPACE_ENV) or not _loopback(host or env("GRADIO_SERVER_NAME") or "127.0.0.1"))
+    return not public(share, host)
+
+
+def public(share: bool = False, host: str | None = None) -> bool:
+    """Whether the app is public: on a Hugging Face Space (``$SPACE_ID``), shared (``app.py --share``) or served on
+    a host other than loopback (``host``, else ``$GRADIO_SERVER_NAME``, else 127.0.0.1)."""
+    return bool(share or env(SPACE_ENV) or not _loopback(host or env("GRADIO_SERVER_NAME") or "127.0.0.1"))
+
+
+def picker_models(first: str, is_public: bool) -> tuple[tuple[str, ...], str | None]:
+    """The models the app's model picker offers, the first being ``first`` (app.py --model), and why the picker is
+    disabled (None: visitors may switch). ``$UNREAL_MODELS`` (comma-separated) names the models offered, anywhere;
+    unset, a laptop (``is_public`` False, :func:`public`) offers ``first`` and every offline model, loaded in the
+    background on demand (at most two in memory), and a public app offers ``first`` only, since each model a
+    visitor picks costs the server its memory and a load of minutes."""
+    listed = [m.strip() for m in (env(MODELS_ENV) or "").split(",") if m.strip()]
+    if listed:
+        names = tuple(dict.fromkeys([first, *listed]))
+        return names, None if len(names) > 1 else f"${MODELS_ENV} names no model but {first}"
+    if is_public:
+        return (first,), (f"this public app serves {first} only: its owner lists the models visitors may pick in "
+                          f"${MODELS_ENV} (e.g. {','.join(OFFLINE_MODELS)})")
+    return tuple(dict.fromkeys([first, *OFFLINE_MODELS])), None
 
 
 def _loopback(host: str) -> bool:

@@ -30,7 +30,8 @@ def run(args: argparse.Namespace) -> None:
     from ..evaluation.flops import Setting, report, resolve_backbone
 
     head = None
-    if args.backbone in DEFAULT_HEADS:  # the default model: start from its shipped head's R, |C0|, ℓc
+    shipped = DEFAULT_HEADS.get(args.backbone)
+    if shipped is not None and shipped.with_suffix(".json").exists():  # its shipped head: R, |C0|, ℓc
         head = json.loads(DEFAULT_HEADS[args.backbone].with_suffix(".json").read_text())
     paper = {"n_context": 5, "n_ret": 64}  # Table 6's setting for the paper's backbones
     n_context, n_ret = (args.n_context if args.n_context is not None else (head or paper)["n_context"],

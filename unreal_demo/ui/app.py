@@ -15,10 +15,12 @@ import time
 
 import gradio as gr
 
+from ..errors import UserError
 from ..pipeline import Explorer
-from ..serving import Loading, open_any_default
+from ..serving import Loading, Models, open_any_default
 from ..settings import ASSETS
 from .glossary import glossary_markdown
+from .models import Session, session_of
 from .tabs import about, flops, intrinsic, long_document, topn, wikipedia
 from .wiring import Ready
 
@@ -33,10 +35,21 @@ INTRO = ("A small language model (frozen, never fine-tuned) picks the few passag
          "just below, and the small print under each control says what it sets.")
 
 
-def build_demo(model: Loading | Explorer, open_stores: bool | None = None) -> gr.Blocks:
-    """The UNREAL Explorer app; the model and head are shared read-only by every session. ``open_stores``: whether
-    a visitor may open any index folder or Qdrant store, and build an index, in the Wikipedia tab (default
-    :func:`settings.open_stores <unreal_demo.settings.open_stores>`: yes unless the app is public).
+def picker_info(models: Models) -> str:
+    """The small print under the model picker: what switching does, or why it is off."""
+    if not models.switchable:
+        return f"switching is off: {models.reason}"
+    return (f"the model every tab of this page uses; another loads in the background (at most {models.keep} in "
+            "memory); each model uses its own head, or says its UNREAL scores are untrained (About lists them)")
+
+
+def build_demo(model: Loading | Explorer | Models, open_stores: bool | None = None) -> gr.Blocks:
+    """The UNREAL Explorer app; the models and heads are shared read-only by every session. ``model``: the one
+    model served, or the :class:`serving.Models` of the header's model picker (each session picks its own: its
+    choice is a ``gr.State`` mirrored in ``Models``, and every tab's handler uses the session's model through
+    :class:`.models.Session`). ``open_stores``: whether a visitor may open any index folder or Qdrant store, and
+    build an index, in the Wikipedia tab (default :func:`settings.open_stores <unreal_demo.settings.open_stores>`:
+    yes unless the app is public).
 
     ``demo.warm()`` starts the worked examples in the background (call it once the page serves; each page
     also starts them when it opens, and they are computed once).
@@ -47,10 +60,19 @@ def build_demo(model: Loading | Explorer, open_stores: bool | None = None) -> gr
         ``open_stores`` None and ``$UNREAL_OPEN_STORES`` set to something other than 0 or 1 (one line, before
         anything is built).
     """
-    loader = model if isinstance(model, Loading) else Loading.of(model)
+    if isinstance(model, Models):
+        models = model
+    else:
+        models = Models(model if isinstance(model, Loading) else Loading.of(model))
+    loader = Session(models)  # the tabs' model: the loading of the model of the session each event serves
     stores = open_any_default() if open_stores is None else open_stores
     with gr.Blocks(title="UNREAL Explorer") as demo:
-        gr.Markdown(f"# UNREAL Explorer\n{INTRO} Model: `{loader.model}`.", elem_classes=["unreal-header"])
+        with gr.Row(equal_height=False):
+            gr.Markdown(f"# UNREAL Explorer\n{INTRO}", elem_classes=["unreal-header"])
+            picker = gr.Dropdown(list(models.offered), value=models.first.model, label="model",
+                                 interactive=models.switchable, info=picker_info(models), scale=0, min_width=260,
+                                 elem_id="unreal-model")
+        chosen = gr.State(models.first.model)  # per session: the model its tabs use (mirrored in models)
         with gr.Accordion("Symbols: what ℓc, n, q_g, k_p, |C0|, κ, λ … mean", open=False, elem_id="unreal-glossary"):
             gr.Markdown(glossary_markdown())
         status = gr.Markdown(f"⏳ {loader.status()}", elem_classes=["unreal-status"], elem_id="unreal-status")
@@ -75,7 +97,27 @@ def build_demo(model: Loading | Explorer, open_stores: bool | None = None) -> gr
 
             threading.Thread(target=run, name="warm", daemon=True).start()
 
-        def wait_for_model():
+        def enabled(on: bool) -> dict:
+            return {c: gr.update(interactive=on) for r in readies for c in r.enable}
+
+        def switch(name: str, request: gr.Request):
+            """The session's model becomes ``name``: its loading starts (if it is not in memory), every button
+            waits for it, then each tab's ready updates are applied for it (:func:`wait_for_model`)."""
+            try:
+                models.choose(session_of(request), name)
+            except UserError as exc:
+                raise gr.Error(str(exc)) from None
+            yield enabled(False) | {chosen: name, status: f"⏳ {loader.status()}"}
+            for out in wait_for_model(name, request, draw=False):
+                yield out | {chosen: name}
+
+        def wait_for_model(name: str | None = None, request: gr.Request = None, draw: bool = True):
+            if name is not None and name != models.chosen(session_of(request)):  # the session's State rules
+                try:
+                    models.choose(session_of(request), name)
+                except UserError as exc:
+                    yield {status: f"⚠ {exc}"}
+                    return
             while not loader.done:
                 yield {status: f"⏳ {loader.status()}"}
                 time.sleep(0.5)
@@ -85,6 +127,8 @@ def build_demo(model: Loading | Explorer, open_stores: bool | None = None) -> gr
                 yield {status: f"⚠ {exc}"}
                 return
             ready = f"✓ {loader.status()}"
+            if loader.head_path is None:
+                ready += f" · ⚠ head {loader.head_note()}"
 
             def filled() -> dict:  # made afresh for every yield: Gradio consumes the updates it sends
                 updates = {}
@@ -94,6 +138,9 @@ def build_demo(model: Loading | Explorer, open_stores: bool | None = None) -> gr
                         updates |= r.fill(explorer)
                 return updates
 
+            if not draw or loader.model != models.first.model:  # the worked examples are the first model's
+                yield filled() | {status: ready}
+                return
             pending = [r.example for r in readies if r.example is not None and not r.example.done]
             note = " · drawing the worked example (computed once, after start-up) …" if pending else ""
             yield filled() | {status: ready + note}
@@ -109,7 +156,10 @@ def build_demo(model: Loading | Explorer, open_stores: bool | None = None) -> gr
                         drawn[status] = f"{ready} · the worked example could not be computed: {exc}"
             yield drawn
 
-        demo.load(wait_for_model, None, outputs, api_name=False, concurrency_limit=None, show_progress="hidden")
+        demo.load(wait_for_model, chosen, outputs, api_name=False, concurrency_limit=None, show_progress="hidden")
+        picker.input(switch, picker, [chosen, *outputs], api_name="choose_model", concurrency_limit=None,
+                     show_progress="hidden")
     demo.queue(default_concurrency_limit=2, max_size=32)
     demo.warm = warm
+    demo.models = models
     return demo

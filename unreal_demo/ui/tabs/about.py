@@ -14,8 +14,8 @@ import pandas as pd
 from ...core.head import CONTEXT_SOURCES, QueryHead
 from ...evaluation.ablation import read_sweeps
 from ...evaluation.results import for_head, head_digest, head_mismatch, made_by
-from ...serving import Loading
-from ...settings import PRECOMPUTED
+from ...serving import Loading, head_note, model_rows
+from ...settings import OFFLINE_MODELS, PRECOMPUTED
 from .. import plots
 from ..glossary import SYMBOLS, glossary_markdown
 from ..wiring import Ready
@@ -121,8 +121,34 @@ def retrieval_results(folder: Path) -> dict[str, list[dict]]:
     return {k: sorted(v, key=lambda r: -len(r["table"])) for k, v in out.items()}
 
 
+MODEL_COLUMNS = ["model", "backbone", "ℓc", "head", "index"]
+
+
+def models_table(loader: Loading) -> pd.DataFrame:
+    """One row per offline model (and the app's own model when it is another): backbone, ℓc, the head it uses or
+    why its UNREAL scores are untrained (its training's progress), the index the Wikipedia tab searches for it."""
+    models = getattr(loader, "models", None)  # the app's serving.Models (ui.models.Session), else one model
+    first = models.first.model if models is not None else loader.model
+    loaded = models.in_memory() if models is not None else {}
+    rows = model_rows(tuple(dict.fromkeys([first, *OFFLINE_MODELS])), loaded)
+    return pd.DataFrame(rows, columns=MODEL_COLUMNS)
+
+
+def head_heading(explorer) -> str:
+    """The head's summary, and for an untrained one which head the model lacks and why (still training)."""
+    text = describe(explorer.head, explorer.head_source)
+    if explorer.head_path is None:
+        text += f"\n\n⚠ {explorer.backbone.name}: {head_note(explorer.backbone.name, None)}"
+    return text
+
+
 def build_tab(loader: Loading) -> Ready:
     gr.Markdown(WHAT, elem_id="unreal-about-what")
+    gr.Markdown("### The models\nThe app's model picker (top right) switches between them; each model has its own "
+                "head (trained for its layers) and its own index. A model without a head runs with an untrained "
+                "one, and its UNREAL scores say so.")
+    models = gr.Dataframe(models_table(loader), interactive=False, wrap=True, label="models",
+                          elem_id="unreal-models", datatype=["str", "str", "str", "markdown", "markdown"])
     head = gr.Markdown(describe(loader.head, loader.head_source) if loader.head is not None else
                        "### Head: untrained (made for the model once it is loaded)")
     settings = gr.Dataframe(settings_table(loader.head) if loader.head is not None else None, wrap=True,
@@ -183,5 +209,5 @@ def build_tab(loader: Loading) -> Ready:
                     file_count="multiple", interactive=False)
     with gr.Accordion("Symbols", open=False):
         gr.Markdown(glossary_markdown())
-    return Ready(fill=lambda explorer: {head: describe(explorer.head, explorer.head_source),
-                                        settings: settings_table(explorer.head)}, outputs=[head, settings])
+    return Ready(fill=lambda explorer: {head: head_heading(explorer), settings: settings_table(explorer.head),
+                                        models: models_table(loader)}, outputs=[head, settings, models])

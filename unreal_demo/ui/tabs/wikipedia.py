@@ -17,7 +17,16 @@ from ...evaluation.qa import BOUNDS
 from ...evaluation.results import head_mismatch, made_by
 from ...pipeline import BuildProgress, Explorer, check_search
 from ...retrieval.registry import names, unsupported
-from ...serving import CORPORA, Loading, StoreInfo, Stores, store_filter
+from ...serving import (
+    BORROWED_METHODS,
+    CORPORA,
+    Loading,
+    StoreInfo,
+    Stores,
+    borrowed_index,
+    borrowed_note,
+    store_filter,
+)
 from ...settings import MAX_TOKENS, PRECOMPUTED, TOKENS_PER_S, display_path
 from ...store.index import IndexStoreError
 from .. import plots
@@ -119,6 +128,12 @@ def ready_corpora(explorer: Explorer) -> list[str]:
     return [name for name in CORPORA if explorer.index_ready(name)]
 
 
+def borrowed_corpora(explorer: Explorer) -> list[str]:
+    """The corpora this model searches through another model's shipped index, BM25 and dense only
+    (:func:`serving.borrowed_index`: an offline model whose own index is not built yet)."""
+    return [name for name in CORPORA if not explorer.index_ready(name) and borrowed_index(explorer, name)]
+
+
 def build_tab(loader: Loading, open_stores: bool | None = None) -> Ready:
     """The tab; ``open_stores`` False (a public app) hides the store and filter boxes, refuses a folder, store or
     filter sent to its functions (:data:`serving.CLOSED <unreal_demo.serving.CLOSED>`) and builds no index
@@ -203,7 +218,8 @@ def build_tab(loader: Loading, open_stores: bool | None = None) -> Ready:
         except UserError as exc:
             raise gr.Error(str(exc)) from None
         if got.built is None:
-            return "loaded " + describe(got.info)
+            note = borrowed_note(got.info.model, loader.model)
+            return "loaded " + describe(got.info) + (f" · ⚠ {note}" if note else "")
         b = got.built
         return f"built {b.chunks:,} chunks in {b.seconds:.0f} s at `{display_path(b.folder)}`"
 
@@ -245,6 +261,9 @@ def build_tab(loader: Loading, open_stores: bool | None = None) -> Ready:
             raise gr.Error(f"no index for {name} yet: press 'Build or load index' to build it") from None
         except UserError as exc:  # an unknown corpus, the model still loading or failed to load
             raise gr.Error(str(exc)) from None
+        model = loader.model
+        if (note := borrowed_note(got.info.model, model)) is not None and m not in BORROWED_METHODS:
+            raise gr.Error(f"{m} cannot search here: {note}") from None
         try:  # BM25 beside it: scored once per search
             result = loader.get().search(got.store, q, k_, m, bm25_k=100)
             bm25 = {"hits": result["bm25_hits"]}
@@ -258,8 +277,9 @@ def build_tab(loader: Loading, open_stores: bool | None = None) -> Ready:
                                 f"scan {t.get('scan', 0):.3f} s", height=300)
         bm25["hits"] = bm25["hits"][:k_]
         last = {"query": q, "hits": result["hits"][:5], "n_pool": got.store.manifest["n_pool"]}
+        said = describe(got.info) + (f" · ⚠ {note}" if note else "")
         return (fig, _hits_table(result, bm25_rank), _hits_table(bm25, bm25_rank).drop(columns=["BM25 rank"]),
-                describe(got.info), _cards(last), last, "", PLACEHOLDER)
+                said, _cards(last), last, "", PLACEHOLDER)
 
     def _cards(last: dict, copied: dict | None = None) -> str:
         return hits_html(loader.get(), last["hits"], last["query"], last["n_pool"], MAX_TOKENS, copied)
@@ -293,8 +313,16 @@ def build_tab(loader: Loading, open_stores: bool | None = None) -> Ready:
     load.click(open_index, where, status, api_name=False)
     go_btn.click(on_gpu(do_search), [query, k, method, *where], found, api_name="search")
     answer_btn.click(on_gpu(do_answer), searched, [answer, check, evidence], api_name=False)
+    def example_method() -> str:
+        """UNREAL, or BM25 for a model searching another model's index (:func:`serving.borrowed_index`)."""
+        try:
+            explorer = loader.get(timeout=0)
+        except UserError:
+            return "unreal"
+        return "bm25" if not explorer.index_ready("all") and borrowed_index(explorer, "all") else "unreal"
+
     for button, q in zip(example_buttons, EXAMPLE_QUERIES.values(), strict=True):
-        button.click(lambda q=q: (q, "unreal"), None, [query, method], api_name=False, queue=False) \
+        button.click(lambda q=q: (q, example_method()), None, [query, method], api_name=False, queue=False) \
             .then(on_gpu(do_search), [query, k, method, *where], found, api_name=False)
 
     def stop_run(request: gr.Request) -> None:
@@ -306,15 +334,22 @@ def build_tab(loader: Loading, open_stores: bool | None = None) -> Ready:
 
     def fill(explorer: Explorer) -> dict:
         ready = ready_corpora(explorer)
+        borrowed = [] if ready else borrowed_corpora(explorer)
         first = "all" if "all" in ready or not ready else ready[0]
+        model = explorer.backbone.name
         out = {corpus: gr.update(value=first),
                status: f"ready to search: {', '.join(ready)} (opened on the first query)" if ready else
-               "no index built yet: press 'Build or load index'"}
-        if ready:
+               f"⚠ no UNREAL index for {model} yet; BM25/dense only, over the shipped index of "
+               f"{', '.join(borrowed)}" if borrowed else "no index built yet: press 'Build or load index'"}
+        if ready or borrowed:
+            first = first if ready else ("all" if "all" in borrowed else borrowed[0])
+            out[corpus] = gr.update(value=first)
             try:
-                out[method] = offered(stores.open(first).store)
+                out[method] = offered(stores.open(first).store, model)
             except UserError:  # opened on the first query instead, which says why
                 pass
+        else:
+            out[method] = offered(None, model)
         return out
 
     def draw_example() -> dict:
@@ -337,10 +372,20 @@ def build_tab(loader: Loading, open_stores: bool | None = None) -> Ready:
                  example=Once(draw_example))
 
 
-def offered(store) -> dict:
+def offered(store, model: str | None = None) -> dict:
     """The method choices a store can serve; the others named with the reason in the control's help text (never
-    offered and then failed)."""
+    offered and then failed). An index of another model's states (:func:`serving.borrowed_index`) serves BM25 and
+    dense only; no store (None): every method (the first search opens the index and says what it lacks)."""
     methods = names("index")
+    if store is None:
+        return gr.update(choices=methods, value="unreal", info=METHOD_INFO)
     lacking = unsupported(store, methods)
-    info = METHOD_INFO + "".join(f" · {m} is off for this index: it needs {why}" for m, why in lacking.items())
-    return gr.update(choices=[m for m in methods if m not in lacking], info=info)
+    note = borrowed_note(store.manifest.get("model", ""), model)
+    if note is not None:
+        lacking |= {m: "" for m in methods if m not in BORROWED_METHODS and m not in lacking}
+    info = METHOD_INFO + "".join(f" · {m} is off for this index: it needs {why}" for m, why in lacking.items()
+                                 if why)
+    if note is not None:
+        info += f" · {', '.join(m for m in methods if m not in BORROWED_METHODS)} are off: {note}"
+    choices = [m for m in methods if m not in lacking]
+    return gr.update(choices=choices, info=info, **({"value": choices[0]} if note is not None else {}))
