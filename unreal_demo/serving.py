@@ -74,6 +74,14 @@ class Loading:
         """Which head this model uses: its file, else why its UNREAL scores are untrained (:func:`head_note`)."""
         return head_note(self.model, self.head_path)
 
+    def head_warning(self) -> str | None:
+        """For an offline model without its head (the second backbone while its head trains): the status line's
+        warning that its UNREAL scores are untrained, with the training's progress; else None (a model of one's
+        own says ``with head untrained`` in its status already)."""
+        if self.head_path is not None or self.model not in OFFLINE_MODELS:
+            return None
+        return head_note(self.model, None).removeprefix("untrained: ")
+
     @classmethod
     def of(cls, explorer: Explorer) -> Loading:
         """A finished loading of an explorer already in memory (tests, notebooks)."""

@@ -42,8 +42,9 @@ def writer(check_html: str) -> str:
     return check_html.split("Written by <code>", 1)[1].split("</code>", 1)[0]
 
 
-def test_switching_a_sessions_model_changes_which_explorer_answers(pair):
+def test_switching_a_sessions_model_changes_which_explorer_answers(pair, monkeypatch):
     a, b = pair
+    monkeypatch.setattr(serving, "OFFLINE_MODELS", ("tiny-llama", "tiny-b"))  # tiny-b stands for the second backbone
     models = Models(Loading.of(a), ("tiny-llama", "tiny-b"), loadings={"tiny-b": Loading.of(b)})
     demo = served(models)
     try:
@@ -52,7 +53,8 @@ def test_switching_a_sessions_model_changes_which_explorer_answers(pair):
         assert writer(one.predict(DOC, *ask, api_name="/ask")[1]) == "tiny-llama"
         status, *_ = one.predict("tiny-b", api_name="/choose_model")  # (the session's gr.State is not returned)
         assert status.startswith("✓ tiny-b")
-        assert "⚠ head untrained" in status  # a model without a head says so on the status line
+        assert "with head untrained" in status  # a model without a head says so on the status line, and why
+        assert "⚠ its head is still training (no head shipped yet), so UNREAL scores are untrained" in status
         assert writer(one.predict(DOC, *ask, api_name="/ask")[1]) == "tiny-b"
         assert writer(two.predict(DOC, *ask, api_name="/ask")[1]) == "tiny-llama"  # the other session keeps its own
         one.predict("tiny-llama", api_name="/choose_model")
@@ -81,7 +83,10 @@ def test_a_public_app_shows_the_picker_disabled_with_its_reason(pair, monkeypatc
     demo = served(models, open_stores=False)
     try:
         picker = next(c for c in demo.config["components"] if c.get("props", {}).get("elem_id") == "unreal-model")
-        assert picker["props"]["interactive"] is False and "UNREAL_MODELS" in picker["props"]["info"]
+        assert picker["props"]["interactive"] is False
+        header = next(c for c in demo.config["components"] if "UNREAL Explorer" in str(c.get("props", {}).get("value")))
+        assert "the model picker is off: this public app serves tiny-llama only" in header["props"]["value"]
+        assert "UNREAL_MODELS" in header["props"]["value"]
         client = gradio_client.Client(demo.local_url, verbose=False)
         with pytest.raises(Exception, match="tiny-b is not in the list of choices"):  # the API refuses it too
             client.predict("tiny-b", api_name="/choose_model")

@@ -35,12 +35,11 @@ INTRO = ("A small language model (frozen, never fine-tuned) picks the few passag
          "just below, and the small print under each control says what it sets.")
 
 
-def picker_info(models: Models) -> str:
-    """The small print under the model picker: what switching does, or why it is off."""
+def picker_note(models: Models) -> str:
+    """What the header says of the model picker (top right): what switching does, or why it is off."""
     if not models.switchable:
-        return f"switching is off: {models.reason}"
-    return (f"the model every tab of this page uses; another loads in the background (at most {models.keep} in "
-            "memory); each model uses its own head, or says its UNREAL scores are untrained (About lists them)")
+        return f" Model: `{models.first.model}` (the model picker is off: {models.reason})."
+    return " Model: pick it beside *Symbols* (About lists each one's head)."
 
 
 def build_demo(model: Loading | Explorer | Models, open_stores: bool | None = None) -> gr.Blocks:
@@ -67,14 +66,16 @@ def build_demo(model: Loading | Explorer | Models, open_stores: bool | None = No
     loader = Session(models)  # the tabs' model: the loading of the model of the session each event serves
     stores = open_any_default() if open_stores is None else open_stores
     with gr.Blocks(title="UNREAL Explorer") as demo:
-        with gr.Row(equal_height=False):
-            gr.Markdown(f"# UNREAL Explorer\n{INTRO}", elem_classes=["unreal-header"])
-            picker = gr.Dropdown(list(models.offered), value=models.first.model, label="model",
-                                 interactive=models.switchable, info=picker_info(models), scale=0, min_width=260,
-                                 elem_id="unreal-model")
+        gr.Markdown(f"# UNREAL Explorer\n{INTRO}{picker_note(models)}", elem_classes=["unreal-header"])
+        with gr.Row(equal_height=True):  # the picker beside the glossary's closed accordion: no line of its own
+            with gr.Column(scale=1):
+                with gr.Accordion("Symbols: what ℓc, n, q_g, k_p, |C0|, κ, λ … mean", open=False,
+                                  elem_id="unreal-glossary"):
+                    gr.Markdown(glossary_markdown())
+            picker = gr.Dropdown([(f"model: {m}", m) for m in models.offered], value=models.first.model,
+                                 label="model", show_label=False, container=False, interactive=models.switchable,
+                                 scale=0, min_width=300, elem_id="unreal-model")
         chosen = gr.State(models.first.model)  # per session: the model its tabs use (mirrored in models)
-        with gr.Accordion("Symbols: what ℓc, n, q_g, k_p, |C0|, κ, λ … mean", open=False, elem_id="unreal-glossary"):
-            gr.Markdown(glossary_markdown())
         status = gr.Markdown(f"⏳ {loader.status()}", elem_classes=["unreal-status"], elem_id="unreal-status")
         readies: list[Ready] = []
         with gr.Tabs():
@@ -127,8 +128,8 @@ def build_demo(model: Loading | Explorer | Models, open_stores: bool | None = No
                 yield {status: f"⚠ {exc}"}
                 return
             ready = f"✓ {loader.status()}"
-            if loader.head_path is None:
-                ready += f" · ⚠ head {loader.head_note()}"
+            if (warning := loader.head_warning()) is not None:
+                ready += f" · ⚠ {warning}"
 
             def filled() -> dict:  # made afresh for every yield: Gradio consumes the updates it sends
                 updates = {}
