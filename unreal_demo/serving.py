@@ -361,7 +361,8 @@ def borrowed_note(held: str, model: str | None) -> str | None:
     if not held or not model or held == model:
         return None
     return (f"no UNREAL index for {model} yet; BM25/dense only (over the texts of {held}'s index; build "
-            f"{model}'s own with `python -m unreal_demo index build --model {model} --corpus all --out DIR`)")
+            f"{model}'s own with `python -m unreal_demo index build --model {model} --corpus all --out DIR`, then "
+            "open DIR as the index folder)")
 
 
 def _no_build(corpus: str) -> str:

@@ -144,11 +144,12 @@ def head_heading(explorer) -> str:
 
 def build_tab(loader: Loading) -> Ready:
     gr.Markdown(WHAT, elem_id="unreal-about-what")
-    gr.Markdown("### The models\nThe app's model picker (top right) switches between them; each model has its own "
-                "head (trained for its layers) and its own index. A model without a head runs with an untrained "
-                "one, and its UNREAL scores say so.")
+    gr.Markdown("### The models\nThe model picker (beside *Symbols*, under the title) switches between them; each "
+                "model has its own head (trained for its layers) and its own index. A model without a head runs with "
+                "an untrained one, and its UNREAL scores say so.")
     models = gr.Dataframe(models_table(loader), interactive=False, wrap=True, label="models",
-                          elem_id="unreal-models", datatype=["str", "str", "str", "markdown", "markdown"])
+                          elem_id="unreal-models", datatype=["str", "str", "str", "markdown", "markdown"],
+                          column_widths=["14%", "20%", "5%", "31%", "30%"])
     head = gr.Markdown(describe(loader.head, loader.head_source) if loader.head is not None else
                        "### Head: untrained (made for the model once it is loaded)")
     settings = gr.Dataframe(settings_table(loader.head) if loader.head is not None else None, wrap=True,
