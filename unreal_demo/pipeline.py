@@ -412,7 +412,7 @@ class Explorer:
         ranking = Ranking(method, chunks, scores.tolist(), select_top_n(scores, n), timings, notices, sims)
         if found.token_states is not None:  # sparse: the stored tokens each question token retrieved
             ranking.matched_tokens, ranking.query_tokens = sparse_matches(
-                self.backbone.tokenizer, question, found.token_states[0], store.token_parts)
+                self.backbone.tokenizer, question, found.token_states[0], store.token_parts, store.token_mean())
         return ranking
 
     def stream(self, ranking: Ranking, question: str, rule: AnswerRule = ANSWER_RULE) -> Iterator[Generation]:

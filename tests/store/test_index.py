@@ -108,6 +108,43 @@ def test_hybrid_rrf_by_hand():
     assert ranked[0][0] == 1 and [s for _, s in ranked] == sorted(fused.values(), reverse=True)
 
 
+def sparse_by_hand(queries, chunk_tokens, chunk_means, k, alpha):
+    """The token channel computed directly, as the module docstring states it: μ the mean of every stored token
+    state; each query token and each stored token minus μ, normalised; per query token its k best stored tokens;
+    per chunk the best of its tokens among them, else the k-th (lowest) score; the mean over query tokens; then
+    (1 − α)·that + α·the cosine of the mean query state with the chunk's mean pooled state."""
+    mu = torch.cat(chunk_tokens).double().mean(0).float()
+    unit = [torch.nn.functional.normalize(t - mu, dim=-1) for t in chunk_tokens]
+    flat = [(c, v) for c, t in enumerate(unit) for v in t]
+    out = torch.zeros(len(queries), len(chunk_tokens))
+    for j, q in enumerate(queries):
+        for qtok in torch.nn.functional.normalize(q - mu, dim=-1):
+            sims = sorted(((float(qtok @ v), c) for c, v in flat), reverse=True)[:k]
+            for c in range(len(chunk_tokens)):
+                out[j, c] += max((s for s, o in sims if o == c), default=sims[-1][0]) / len(q)
+        pooled = torch.nn.functional.cosine_similarity(q.mean(0)[None], chunk_means, dim=-1)
+        out[j] = (1 - alpha) * out[j] + alpha * pooled
+    return out
+
+
+def test_the_token_mean_is_recorded_at_build_and_recomputed_for_an_older_index(tmp_path, tiny):
+    """μ in the manifest is the mean of the stored token states (fp16 as stored), computed by hand; an index
+    whose manifest predates the field gets the same μ from its token states."""
+    idx.build_index(tmp_path / "ix", tiny, PASSAGES, layer=3, shard_size=5, token_states=True)
+    ix = idx.Index(tmp_path / "ix")
+    toks: list[torch.Tensor] = []
+    encode_chunks(tiny, [c["text"] for c in ix.chunks], 3, 7, tokens_out=toks)
+    by_hand = torch.cat([t.half().float() for t in toks]).mean(0)
+    assert torch.allclose(torch.tensor(ix.manifest["token_mean"]), by_hand, atol=1e-4)
+    assert torch.allclose(ix.token_mean(), by_hand, atol=1e-4)
+    manifest = json.loads((tmp_path / "ix" / "manifest.json").read_text())
+    del manifest["token_mean"]
+    (tmp_path / "ix" / "manifest.json").write_text(json.dumps(manifest))
+    assert torch.allclose(idx.Index(tmp_path / "ix").token_mean(), by_hand, atol=1e-4)
+    build(tmp_path / "plain", tiny)
+    assert "token_mean" not in json.loads((tmp_path / "plain" / "ix" / "manifest.json").read_text())
+
+
 def test_dense_and_sparse_methods_equal_brute_force(tmp_path, tiny, explorer):
     from unreal_demo.core import minilm as dense
     from unreal_demo.retrieval import sparse
@@ -119,8 +156,7 @@ def test_dense_and_sparse_methods_equal_brute_force(tmp_path, tiny, explorer):
     keys = encode_chunks(tiny, texts, 3, 7, tokens_out=toks)
     queries = ["item 7 weighs", "Passage 12 tells"]
     qt = sparse.query_token_states(tiny, queries, 3)
-    ref = sparse.fuse(sparse.sparse_scores(qt, [(torch.cat(toks), torch.tensor([len(t) for t in toks]))]),
-                      sparse.pooled_scores(qt, keys.half().float().mean(1)))
+    ref = sparse_by_hand(qt, [t.float() for t in toks], keys.half().float().mean(1), sparse.K, sparse.ALPHA)
     scores, ids = sparse.SparseRetriever().top(ix, qt, k=4)
     assert torch.allclose(scores, ref.topk(4).values, atol=1e-3)
     ids_d = retrieve(ix, explorer, queries, k=3, method="dense").ids

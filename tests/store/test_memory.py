@@ -51,6 +51,14 @@ class TestLazyStore:
             t.join()
         assert enc.calls == 1
 
+    def test_the_token_mean_is_the_stores_own(self):
+        """A pasted document's μ comes from its own token states (the Encoder's parts), once."""
+        store = MemoryStore(TEXTS, tokens=[(torch.tensor([[1.0, 0.0], [0.0, 1.0]]), torch.tensor([1, 1])),
+                                           (torch.tensor([[1.0, 1.0]]), torch.tensor([1]))])
+        assert store.token_mean().tolist() == pytest.approx([2 / 3, 2 / 3])
+        lazy = MemoryStore.lazy(TEXTS, Encoder())
+        assert lazy.token_mean().tolist() == [1.0] * 4 and lazy.token_mean() is lazy.token_mean()
+
     def test_without_token_states_sparse_says_so(self):
         store = MemoryStore.lazy(TEXTS, Encoder(), keep_tokens=False)
         with pytest.raises(StoreError, match="token states"):

@@ -123,7 +123,7 @@ def group_similarities(q: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
 
 
 def sparse_matches(tokenizer, question: str, states: torch.Tensor,
-                   token_parts: Sequence[tuple[torch.Tensor, torch.Tensor]]
+                   token_parts: Sequence[tuple[torch.Tensor, torch.Tensor]], mean: torch.Tensor | None = None
                    ) -> tuple[dict[int, list[tuple[int, float, int]]], list[str]]:
     """What sparse token matching counted for one question: chunk id → ``[(token position, cosine, question
     token), …]`` (:func:`retrieval.sparse.retrieved_tokens`), and the question's tokens as text.
@@ -132,9 +132,10 @@ def sparse_matches(tokenizer, question: str, states: torch.Tensor,
     ----------
     states : the question's normalised token states ``(T_q, d)`` (the sparse search's own, ``token_states``).
     token_parts : the store's token states per part.
+    mean : the store's token mean μ (``store.token_mean()``), on which the search centred both sides.
     """
     ids = tokenizer(question, add_special_tokens=False)["input_ids"][: len(states)]
-    return retrieved_tokens(states, token_parts), [tokenizer.decode([t]) for t in ids]
+    return retrieved_tokens(states, token_parts, mean=mean), [tokenizer.decode([t]) for t in ids]
 
 
 def matched_token_spans(tokenizer, text: str, max_tokens: int,

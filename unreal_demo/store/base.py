@@ -37,6 +37,19 @@ def topk(scores: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.topk(scores, min(k, scores.shape[1]), dim=1)
 
 
+def token_mean(token_parts: Sequence[tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
+    """μ: the mean ``(d,)`` float32 of every stored (normalised) token state, summed in float64 part by part.
+
+    >>> token_mean([(torch.tensor([[1.0, 0.0], [0.0, 1.0]]).half(), torch.tensor([2]))]).tolist()
+    [0.5, 0.5]
+    """
+    total = sum(tokens.double().sum(0) for tokens, _ in token_parts)
+    count = sum(int(tokens.shape[0]) for tokens, _ in token_parts)
+    if not count:
+        raise ValueError("no stored token states to average")
+    return (total / count).float()
+
+
 @runtime_checkable
 class ChunkStore(Protocol):
     """Chunks, their data, and the one streamed exact scan (MaxSim, Eq. 4)."""
@@ -72,6 +85,9 @@ class ChunkStore(Protocol):
     @property
     def token_parts(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """Every chunk's normalised token states at ℓc ``(tokens (N_p, d), lengths (m_p,))`` per part."""
+
+    def token_mean(self) -> torch.Tensor:
+        """μ ``(d,)``: the mean of the stored token states, on which sparse centres query and stored tokens."""
 
     def chunk_means(self) -> torch.Tensor:
         """Each chunk's mean pooled state ``(M, d)``."""

@@ -47,7 +47,7 @@ from ..core.selection import BM25
 from ..data.sources import Passage, sha256_file
 from ..errors import UserError
 from ..settings import CHUNK_TOKENS, cache_dir
-from .base import TextStore, backbone_mismatch
+from .base import TextStore, backbone_mismatch, token_mean
 
 RESCORE = 32  # candidates beyond k that a scan with rounded query scores re-scores in fp32 (Index.maxsim_topk)
 RESCORE_BUDGET = 16_384  # most (query, candidate) pairs one re-scoring gathers (~264 MB of fp32 keys at 7 × 576);
@@ -186,6 +186,9 @@ def build_index(
         manifest["build"] = {"processes": procs, "encode_seconds": round(seconds, 1),
                              "chunks_per_s": round(len(chunks) * procs / max(seconds, 1e-9), 2),
                              "tokens_per_s": round(manifest["tokens"] * procs / max(seconds, 1e-9), 1)}
+        if token_states:  # μ, on which sparse centres query and stored tokens (Index.token_mean)
+            manifest["token_mean"] = token_mean([(torch.from_numpy(np.load(out / f"tokens_{n:05d}.npy")), None)
+                                                 for n in range(len(starts))]).tolist()
         _write_json(manifest_path, manifest)
     state.wait_for_everyone()
     return json.loads(manifest_path.read_text())
@@ -302,6 +305,7 @@ class Index(TextStore):
         self._chunks: list[dict] | None = None
         self._bm25: BM25 | None = None
         self._pool: ThreadPoolExecutor | None = None
+        self._token_mean: torch.Tensor | None = None
 
     def _codec_file(self, name: str, verify: bool) -> Codec:
         """The fitted codec in ``<name>.npz``, checked against the manifest's ``<name>_sha256``."""
@@ -498,6 +502,17 @@ class Index(TextStore):
         """Every chunk's normalised token states ``(tokens (N_p, d), lengths (m_p,))`` per shard (sparse)."""
         self._need("token_states")
         return [(torch.from_numpy(sh["tokens"]), torch.from_numpy(sh["lengths"])) for sh in self.shards]
+
+    def token_mean(self) -> torch.Tensor:
+        """μ ``(d,)``, the stored token states' mean on which sparse centres query and stored tokens: the one
+        recorded in the manifest at build time, else (an index built before it was recorded) computed from the
+        token states once, on first use."""
+        self._need("token_states")
+        if self._token_mean is None:
+            recorded = self.manifest.get("token_mean")
+            self._token_mean = (torch.tensor(recorded, dtype=torch.float32) if recorded is not None
+                                else token_mean(self.token_parts))
+        return self._token_mean
 
     def chunk_means(self) -> torch.Tensor:
         """Each chunk's mean pooled state ``(M, d)`` (dequantised or decoded as the scan reads them)."""

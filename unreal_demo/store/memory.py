@@ -18,7 +18,7 @@ import torch
 
 from ..core.maxsim import maxsim, normalize_chunks
 from ..core.selection import BM25
-from .base import StoreError, TextStore, topk
+from .base import StoreError, TextStore, token_mean, topk
 
 
 class MemoryStore(TextStore):
@@ -42,6 +42,7 @@ class MemoryStore(TextStore):
         self._normed: torch.Tensor | None = None
         self._dense: torch.Tensor | None = None
         self._bm25: BM25 | None = None
+        self._token_mean: torch.Tensor | None = None
         self._kept = {"keys": keys is not None, "token_states": tokens is not None}
 
     @classmethod
@@ -115,6 +116,13 @@ class MemoryStore(TextStore):
         if self._tokens is None:
             raise StoreError("sparse needs the chunks' token states, which this store does not keep")
         return self._tokens
+
+    def token_mean(self) -> torch.Tensor:
+        """μ ``(d,)``: the mean of this store's own token states (sparse centres query and stored tokens on it),
+        computed once (:func:`base.token_mean`)."""
+        if self._token_mean is None:
+            self._token_mean = token_mean(self.token_parts)
+        return self._token_mean
 
     def chunk_means(self) -> torch.Tensor:
         """Each chunk's mean pooled state ``(M, d)`` (sparse's pooled cosine, the untrained baseline)."""

@@ -482,6 +482,10 @@ class QdrantStore(TextStore):
         """Not served: a Qdrant store keeps no token states."""
         raise IndexStoreError("a Qdrant store keeps no token states; search sparse on the index folder")
 
+    def token_mean(self) -> torch.Tensor:
+        """Not served: a Qdrant store keeps no token states."""
+        return self.token_parts  # raises
+
     def chunk_means(self) -> torch.Tensor:
         """Each chunk's mean pooled (L2-normalised) key ``(M, d)``, read from Qdrant."""
         return self.chunk_vectors(range(len(self))).mean(1)
