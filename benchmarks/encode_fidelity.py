@@ -221,7 +221,7 @@ def main() -> None:
         rows = json.loads(out.read_text())["rows"] if recorded_fidelity(out) else []
     except (OSError, ValueError, KeyError, TypeError):
         rows = []
-    rows = [r for r in rows if r["dtype"] != args.dtype] + [row]
+    rows = [r for r in rows if (r["dtype"], r.get("model")) != (args.dtype, row["model"])] + [row]  # one per model
     out.write_text(json.dumps({"rows": rows}, indent=2, ensure_ascii=False) + "\n")
 
 

@@ -142,10 +142,10 @@ def test_encoding_dtype_dispatch(monkeypatch):
     zen4 = cpu.parse_cpuinfo("model name : AMD EPYC 9004\nflags : avx2 avx512f avx512_bf16\n")
     for machine, record, want in [(zen4, {"bf16": True}, torch.bfloat16), (zen4, {}, torch.float32),
                                   (zen4, {"bf16": False}, torch.float32), (epyc, {"bf16": True}, torch.float32)]:
-        monkeypatch.setattr(bb, "choose", lambda m=machine, r=record: cpu.choose(m, fidelity=r))
+        monkeypatch.setattr(bb, "choose", lambda m=machine, r=record, model=None: cpu.choose(m, fidelity=r))
         dev, dt = bb.pick_device_dtype("cpu")
         assert dt == want and bb.weights_dtype(dev, dt) == torch.float32
-    monkeypatch.setattr(bb, "choose", lambda: cpu.choose(epyc, fidelity={}))
+    monkeypatch.setattr(bb, "choose", lambda model=None: cpu.choose(epyc, fidelity={}))
     assert bb.pick_device_dtype("cpu", "bf16")[1] == torch.bfloat16  # --dtype
     monkeypatch.setenv(ENCODE_ENV, "bf16")
     assert bb.pick_device_dtype("cpu")[1] == torch.bfloat16  # $UNREAL_DTYPE

@@ -59,7 +59,7 @@ def test_overrides_and_fallbacks(monkeypatch):
 
 
 def test_the_backbone_dtype_follows_the_choice(monkeypatch):
-    monkeypatch.setattr("unreal_demo.core.backbone.choose", lambda: cpu.choose(XEON, fidelity={"bf16": True}))
+    monkeypatch.setattr("unreal_demo.core.backbone.choose", lambda model=None: cpu.choose(XEON, fidelity={"bf16": 1}))
     assert pick_device_dtype("cpu") == (torch.device("cpu"), torch.bfloat16)
     assert pick_device_dtype("cpu", "fp32")[1] == torch.float32
     monkeypatch.setenv(ENCODE_ENV, "fp16")
@@ -72,6 +72,17 @@ def test_recorded_fidelity(tmp_path):
     path.write_text(json.dumps({"rows": [{"dtype": "bf16", "passed": True}, {"dtype": "int8", "passed": False}]}))
     assert cpu.recorded_fidelity(path) == {"bf16": True, "int8": False}
     assert cpu.status_line().startswith(cpu.cpu_info().model)
+
+
+def test_a_pass_counts_only_for_the_model_it_was_measured_on(tmp_path):
+    """bf16 moves one backbone's pooled keys far more than another's (see experiments/second_backbone.py
+    --bf16-keys): one model's pass must not switch another's encoding to bf16."""
+    path = tmp_path / "f.json"
+    path.write_text(json.dumps({"rows": [{"dtype": "bf16", "passed": True, "model": "smollm2-135m-instruct"}]}))
+    assert cpu.recorded_fidelity(path, model="smollm2-135m-instruct") == {"bf16": True}
+    assert cpu.recorded_fidelity(path, model="qwen2.5-0.5b") == {}
+    assert cpu.choose(XEON, fidelity=cpu.recorded_fidelity(path, model="qwen2.5-0.5b")).encode == "fp32"
+    assert cpu.choose(XEON, fidelity=cpu.recorded_fidelity(path, model="smollm2-135m-instruct")).encode == "bf16"
 
 
 @pytest.mark.parametrize("text", [

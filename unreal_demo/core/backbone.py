@@ -281,7 +281,8 @@ def _default_gguf(name: str, stage: Callable[[str], None]) -> tuple[Path, str] |
     return path.parent, path.name
 
 
-def pick_device_dtype(device: str | None = None, dtype: str | None = None) -> tuple[torch.device, torch.dtype]:
+def pick_device_dtype(device: str | None = None, dtype: str | None = None,
+                      model: str | None = None) -> tuple[torch.device, torch.dtype]:
     """The device and the *encoding* dtype: CUDA + bf16 when present, else CPU + the dtype :func:`cpu.choose`
     picks for this CPU (fp32 unless it has bf16 units and bf16 passed the key-fidelity check; bf16 is ~5x slower
     on AVX2 CPUs); ``dtype`` (``--dtype``) and ``$UNREAL_DTYPE`` override both. On a GPU the whole model runs
@@ -289,7 +290,7 @@ def pick_device_dtype(device: str | None = None, dtype: str | None = None) -> tu
     dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     dtype = dtype or env(ENCODE_ENV) or None
     if dtype is None:
-        return dev, torch.bfloat16 if dev.type == "cuda" else DTYPES[choose().encode]
+        return dev, torch.bfloat16 if dev.type == "cuda" else DTYPES[choose(model=model).encode]
     if dtype not in DTYPES:
         raise BackboneError(f"unknown dtype {dtype!r}; use one of {sorted(DTYPES)}")
     return dev, DTYPES[dtype]
@@ -336,7 +337,7 @@ def load_backbone(
     BackboneError
         If the model cannot be found or loaded; the message says why in one line.
     """
-    dev, dt = pick_device_dtype(device, dtype)
+    dev, dt = pick_device_dtype(device, dtype, name)
     weights = weights_dtype(dev, dt)
     key = (name, str(dev), str(weights), trust_remote_code)
     with _LOCK:
@@ -410,7 +411,7 @@ def random_backbone(folder: str | Path, device: str | None = None, dtype: str | 
     """
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-    dev, dt = pick_device_dtype(device, dtype)
+    dev, dt = pick_device_dtype(device, dtype, str(folder))
     try:
         config = AutoConfig.from_pretrained(folder)
         tokenizer = AutoTokenizer.from_pretrained(folder)

@@ -94,8 +94,10 @@ def cpu_info() -> CPUInfo:
     return parse_cpuinfo(text)
 
 
-def recorded_fidelity(path: Path = FIDELITY_FILE) -> dict[str, bool]:
-    """Per encoding dtype, whether its recorded key-fidelity check passed (``benchmarks/encode_fidelity.py``).
+def recorded_fidelity(path: Path = FIDELITY_FILE, model: str | None = None) -> dict[str, bool]:
+    """Per encoding dtype, whether its recorded key-fidelity check passed (``benchmarks/encode_fidelity.py``);
+    with ``model``, only the rows measured on that model count (bf16 rounding moves the keys of one backbone far
+    more than another's: a pass for one is no pass for the other).
 
     A missing file means no check was recorded (``{}``, silently). A file that cannot be read or is not of the
     shape ``{"rows": [{"dtype": str, "passed": bool}, ...]}`` (bad JSON, a list at the top, a row without its
@@ -112,7 +114,8 @@ def recorded_fidelity(path: Path = FIDELITY_FILE) -> dict[str, bool]:
         for row in rows:
             if not isinstance(row["dtype"], str) or not isinstance(row["passed"], bool):
                 raise TypeError(f"row {row!r}: 'dtype' must be a string and 'passed' a boolean")
-            out[row["dtype"]] = row["passed"]
+            if model is None or row.get("model") == model:
+                out[row["dtype"]] = row["passed"]
     except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError, IndexError) as exc:
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         warnings.warn(f"{path}: unreadable key-fidelity record ({type(exc).__name__}: {first}); encoding in fp32",
@@ -152,7 +155,7 @@ class Choice:
 
 
 def choose(cpu: CPUInfo | None = None, dtype: str | None = None, scan: str | None = None,
-           fidelity: dict[str, bool] | None = None) -> Choice:
+           fidelity: dict[str, bool] | None = None, model: str | None = None) -> Choice:
     """Pick the encoding dtype and the MaxSim scan path for ``cpu`` (this machine's by default).
 
     Parameters
@@ -160,7 +163,8 @@ def choose(cpu: CPUInfo | None = None, dtype: str | None = None, scan: str | Non
     cpu : the CPU to choose for (simulate another machine by passing its flags).
     dtype : encoding dtype override (``--dtype``); else ``$UNREAL_DTYPE``; else the rule in the module docstring.
     scan : scan path override; else ``$UNREAL_SCAN``; else the first of :data:`SCANS` that is installed.
-    fidelity : per dtype, whether its key-fidelity check passed (default: :func:`recorded_fidelity`).
+    fidelity : per dtype, whether its key-fidelity check passed (default: :func:`recorded_fidelity` of ``model``).
+    model : the backbone to encode with; only its own fidelity rows count (None: any row).
 
     Raises
     ------
@@ -168,7 +172,7 @@ def choose(cpu: CPUInfo | None = None, dtype: str | None = None, scan: str | Non
         For a scan path that is not one of :data:`SCANS`.
     """
     cpu = cpu or cpu_info()
-    fidelity = recorded_fidelity() if fidelity is None else fidelity
+    fidelity = recorded_fidelity(model=model) if fidelity is None else fidelity
     dtype = dtype or env(ENCODE_ENV) or None
     if dtype:
         encode, why = dtype, "encode dtype set by --dtype / $UNREAL_DTYPE"
