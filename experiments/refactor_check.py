@@ -9,8 +9,11 @@ Run it in a worktree of each commit (``git worktree add /tmp/before COMMIT``), t
 index method (``--k 10``) and runs ``eval retrieval --sample 200 --corpus new_wiki`` (every corpus method); timings
 and provenance are left out. ``compare`` reports the first difference: texts and ids exactly, scores within 1e-6.
 
-Records (:data:`RECORDS`): ``refactor_before_after.json`` (the retrieval-core refactor) and
-``refactor_39_before_after.json`` (issue 39's layout). Each record says what it compared.
+Records (:data:`RECORDS`): ``refactor_before_after.json`` (the retrieval-core refactor),
+``refactor_39_before_after.json`` (issue 39's layout) and ``refactor_56_before_after.json`` (issue 56: experiments/
+out of the library, the cli/ package, pipeline.py split into pipeline.py + serving.py, retrieval given a
+QueryModel; 333d879 against the commit after it, the package imported from each worktree). Each record says what it
+compared.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from unreal_demo.retrieval import registry
 
 from .common import run_main
 
-RECORDS = ("refactor_before_after.json", "refactor_39_before_after.json")
+RECORDS = ("refactor_before_after.json", "refactor_39_before_after.json", "refactor_56_before_after.json")
 ASK = ["ask", "--doc", "assets/examples/needle_haystack.txt", "--question",
        "What is the secret ingredient of the best pizza in Oakland?", "--n", "5", "--method", "unreal", "--json"]
 QUERIES = ("Who was the first president of the United States?", "What is photosynthesis?",
