@@ -10,7 +10,7 @@ estimation"). The sparse score is the mean over query tokens, fused with the
 whole-chunk (mean-pooled) cosine: s = (1 − α)·sparse + α·pooled, α = 0.4, fitted on a dev split (300 New-Wiki
 questions outside every seed-0 evaluation draw: centred alone R@1 / R@10 0.670 / 0.880, fused 0.680 / 0.890; the
 paper's α = 0.5 on raw states pulled the channel down, 0.640 / 0.863 → 0.573 / 0.813, and rank fusion (RRF) with
-the weak pooled cosine fell to 0.363 / 0.743: ``experiments/records/token_channel/fusion_dev.json``).
+the weak pooled cosine fell to 0.363 / 0.743: docs/RESULTS.md, "Sparse, centred").
 
 Example
 -------
@@ -33,7 +33,7 @@ from .base import QueryModel, Retrieval, Retriever, timed, topk
 from .unreal import check_model
 
 K = 64  # stored tokens each query token retrieves
-ALPHA = 0.4  # weight of the pooled (whole-chunk) cosine in the fusion, fitted on dev (experiments/token_channel.py)
+ALPHA = 0.4  # weight of the pooled (whole-chunk) cosine in the fusion, fitted on dev (docs/RESULTS.md)
 QUERY_BATCH = 128  # queries scored at a time (memory stays bounded)
 
 
