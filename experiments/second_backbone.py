@@ -30,7 +30,7 @@ from pathlib import Path
 
 from unreal_demo.data.sources import load_squad
 from unreal_demo.evaluation.metrics import contained
-from unreal_demo.evaluation.retrieval import mcnemar_p
+from unreal_demo.evaluation.retrieval import paired
 from unreal_demo.settings import PRECOMPUTED, REPO
 
 RECORDS = Path(__file__).resolve().parent / "records" / "second_backbone"
@@ -46,13 +46,11 @@ def answers_contained(record: dict) -> dict[str, dict[str, bool]]:
 
 
 def paired_qa(a: dict[str, bool], b: dict[str, bool]) -> dict:
-    """Contained rates of two answer sets on the questions both answered, the only-one splits and McNemar's p."""
+    """Contained rates of two answer sets on the questions both answered, the only-one splits and McNemar's p
+    (:func:`unreal_demo.evaluation.retrieval.paired` at k = 1, a contained answer counting as a hit)."""
     ids = sorted(set(a) & set(b))
-    a_only = sum(a[i] and not b[i] for i in ids)
-    b_only = sum(b[i] and not a[i] for i in ids)
-    n = max(1, len(ids))
-    return {"questions": len(ids), "a": round(sum(a[i] for i in ids) / n, 4), "b": round(sum(b[i] for i in ids) / n, 4),
-            "a_only": a_only, "b_only": b_only, "p": mcnemar_p(a_only, b_only)}
+    split = paired([1 if a[i] else None for i in ids], [1 if b[i] else None for i in ids], 1)
+    return {"questions": len(ids)} | {k: v for k, v in split.items() if k != "k"}
 
 
 def qa_side_by_side(qwen: dict, smollm2: dict) -> list[dict]:
