@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import time
 from pathlib import Path
@@ -41,7 +40,7 @@ import torch
 from unreal_demo.core import backbone as bb
 from unreal_demo.core.cpu import FIDELITY_FILE, cpu_info, recorded_fidelity, status_line
 from unreal_demo.core.encoding import cached_encode, encode_chunks
-from unreal_demo.evaluation.retrieval import corpus_store, held_out, rankings
+from unreal_demo.evaluation.retrieval import corpus_store, held_out, mcnemar_p, rankings
 from unreal_demo.pipeline import Explorer
 
 RULE_POINTS = 0.5  # the largest move of R@1 / R@10 (in points) a lower precision may cause
@@ -63,9 +62,7 @@ def mcnemar(a: list[bool], b: list[bool]) -> dict:
     """Paired count of two hit lists: questions only ``a`` finds, only ``b`` finds, exact two-sided p."""
     only_a = sum(x and not y for x, y in zip(a, b, strict=True))
     only_b = sum(y and not x for x, y in zip(a, b, strict=True))
-    n, k = only_a + only_b, min(only_a, only_b)
-    p = min(1.0, 2 * sum(math.comb(n, i) for i in range(k + 1)) / 2**n) if n else 1.0
-    return {"only_fp32": only_a, "only_low": only_b, "p": round(p, 4)}
+    return {"only_fp32": only_a, "only_low": only_b, "p": mcnemar_p(only_a, only_b)}
 
 
 def hits(ranked: list[list[int]], gold: list[set[int]], k: int) -> list[bool]:

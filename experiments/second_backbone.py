@@ -10,6 +10,16 @@ Commands (in order; each writes a record under ``experiments/records/second_back
     python -m unreal_demo eval qa --model qwen2.5-0.5b --methods none,oracle,bm25 --k 1,3,5 --sample 100 \\
         --index precomputed/index/smollm2-135m-instruct-l25-all \\
         --out experiments/records/second_backbone/qa_qwen2.5-0.5b.json
+    python -m unreal_demo eval retrieval --corpus new_wiki --sample 1000 --model qwen2.5-0.5b \\
+        --head precomputed/heads/qwen2.5-0.5b/head.json --methods unreal,bm25,dense,sparse,hybrid-rrf \\
+        --out experiments/records/second_backbone/eval_new_wiki_qwen2.5-0.5b.json
+    python -m unreal_demo eval retrieval --corpus new_wiki --sample 1000 \\
+        --head precomputed/heads/smollm2-135m/head.json \\
+        --methods unreal,sparse,hybrid-rrf --out experiments/records/second_backbone/eval_new_wiki_smollm2-135m.json
+    python -m unreal_demo eval retrieval --corpus new_wiki --sample 1000 \\
+        --head precomputed/heads/smollm2-135m-mix-joint-seed1/head.json \\
+        --methods unreal,sparse,hybrid-rrf,hybrid-fusion \\
+        --out experiments/records/second_backbone/eval_new_wiki_smollm2-135m-mix-joint-seed1.json
     python -m experiments second-backbone                       # the side-by-side table: side_by_side.json
     python -m experiments second-backbone --bf16-keys 48        # bf16 against fp32 pooled keys: bf16_keys_<model>.json
 
@@ -63,6 +73,41 @@ def qa_side_by_side(qwen: dict, smollm2: dict) -> list[dict]:
     return rows
 
 
+# The retrieval records compared (``eval retrieval … --out`` beside this file, every question's gold rank kept):
+# name → file. BM25 and dense read texts only, so the Qwen record's rows serve both backbones.
+NEW_WIKI = {"qwen": "eval_new_wiki_qwen2.5-0.5b.json", "smollm2": "eval_new_wiki_smollm2-135m.json",
+            "smollm2-default": "eval_new_wiki_smollm2-135m-mix-joint-seed1.json"}
+PAIRS = [(("qwen", "unreal"), ("qwen", "bm25")), (("qwen", "unreal"), ("qwen", "dense")),
+         (("qwen", "hybrid-rrf"), ("qwen", "bm25")), (("qwen", "sparse"), ("qwen", "bm25")),
+         (("qwen", "unreal"), ("smollm2", "unreal")), (("qwen", "unreal"), ("smollm2-default", "unreal")),
+         (("qwen", "sparse"), ("smollm2", "sparse")), (("qwen", "hybrid-rrf"), ("smollm2", "hybrid-rrf")),
+         (("qwen", "hybrid-rrf"), ("smollm2-default", "hybrid-rrf")),
+         (("smollm2", "unreal"), ("qwen", "bm25")), (("smollm2-default", "unreal"), ("qwen", "bm25"))]
+
+
+def retrieval_side_by_side(records: dict[str, dict], pairs=PAIRS) -> dict:
+    """R@1 / R@10 of every (record, method) and the paired splits of ``pairs`` (McNemar at k = 1 and 10,
+    :func:`unreal_demo.evaluation.retrieval.paired`); records must hold the same questions in the same order.
+
+    >>> r = {"a": {"questions": ["q1", "q2"], "ranks": {"unreal": [1, 4]}},
+    ...      "b": {"questions": ["q1", "q2"], "ranks": {"bm25": [2, 1]}}}
+    >>> retrieval_side_by_side(r, [(("a", "unreal"), ("b", "bm25"))])["pairs"][0]["R@1"]
+    {'k': 1, 'a': 0.5, 'b': 0.5, 'a_only': 1, 'b_only': 1, 'p': 1.0}
+    """
+    questions = {name: r["questions"] for name, r in records.items()}
+    if len({tuple(q) for q in questions.values()}) > 1:
+        raise ValueError(f"the records hold different questions: {sorted(questions)}")
+    rows = [{"record": name, "method": m, "questions": len(ranks),
+             **{f"R@{k}": round(sum(x is not None and x <= k for x in ranks) / len(ranks), 4) for k in (1, 10)}}
+            for name, r in records.items() for m, ranks in r["ranks"].items()]
+    out = []
+    for (na, ma), (nb, mb) in pairs:
+        if na in records and nb in records and ma in records[na]["ranks"] and mb in records[nb]["ranks"]:
+            a, b = records[na]["ranks"][ma], records[nb]["ranks"][mb]
+            out.append({"a": f"{na}:{ma}", "b": f"{nb}:{mb}", "R@1": paired(a, b, 1), "R@10": paired(a, b, 10)})
+    return {"rows": rows, "pairs": out}
+
+
 def bf16_keys(model: str, n: int, layer: int) -> dict:
     """Pooled keys (Eq. 1) of ``n`` SQuAD-dev dev paragraphs at ℓc = ``layer``, encoded in fp32 and through the
     bf16 encoding view (:meth:`Backbone.encoder`): cosine per pooled vector, and each dtype's seconds."""
@@ -103,11 +148,14 @@ def main(argv: list[str] | None = None) -> int:
         print(record)
         return 0
     qwen = json.loads(Path(args.qa).read_text())
+    evals = {name: RECORDS / file for name, file in NEW_WIKI.items() if (RECORDS / file).exists()}
     table = {"qa": qa_side_by_side(qwen, json.loads(SMOLLM2_QA.read_text())),
+             "new_wiki": retrieval_side_by_side({n: json.loads(f.read_text()) for n, f in evals.items()}),
              "sources": {"qwen_qa": str(Path(args.qa).resolve().relative_to(REPO)),
-                         "smollm2_qa": str(SMOLLM2_QA.relative_to(REPO))},
+                         "smollm2_qa": str(SMOLLM2_QA.relative_to(REPO)),
+                         **{f"new_wiki_{n}": str(f.relative_to(REPO)) for n, f in evals.items()}},
              "command": "python -m experiments second-backbone"}
     Path(args.out).write_text(json.dumps(table, indent=1) + "\n")
-    for row in table["qa"]:
+    for row in table["qa"] + table["new_wiki"]["rows"] + table["new_wiki"]["pairs"]:
         print(row)
     return 0

@@ -137,7 +137,8 @@ def test_compare_heads_scores_each_head_and_picks_by_rule(tiny, tmp_path, monkey
     passages = ["Paris is the capital of France.", "Berlin is the capital of Germany.", "The fox jumps.",
                 "Rome is in Italy."]
     questions, gold = ["capital of France?", "the fox?", "where is Rome?"], [{0}, {2}, {3}]
-    monkeypatch.setattr(ablation, "load_backbone", lambda model: tiny)
+    loaded = []  # each head is scored on its own model (a Qwen head is never run on SmolLM2), loaded once
+    monkeypatch.setattr(ablation, "load_backbone", lambda model: loaded.append(model) or tiny)
     monkeypatch.setattr(ablation, "sample_dev", lambda cfg, n, seed: (questions, gold, passages))
     paths, r1 = [], []
     keys = normalize_chunks(encode_chunks(tiny, passages, 3, 7))
@@ -150,7 +151,7 @@ def test_compare_heads_scores_each_head_and_picks_by_rule(tiny, tmp_path, monkey
             s = maxsim_reference(head.eval()(tiny, questions, [[], [], []]), keys)
         r1.append(sum(s[i].argmax().item() in g for i, g in enumerate(gold)) / len(gold))
     out = ablation.compare_heads(paths, dev_sample=3, out=str(tmp_path / "choice.json"))
-    assert [r["R@1"] for r in out["rows"]] == pytest.approx(r1)
+    assert [r["R@1"] for r in out["rows"]] == pytest.approx(r1) and loaded == [TrainConfig().model]
     assert all(r["R@10"] == 1.0 for r in out["rows"])  # 4 passages
     assert out["chosen"] == paths[max(range(2), key=lambda i: (round(r1[i] / 0.005), 1.0))]
     assert json.loads((tmp_path / "choice.json").read_text())["chosen"] == out["chosen"]

@@ -115,15 +115,17 @@ def compare_heads(heads: list[str], dev_sample: int = 400, sweep: str = "mix-l25
         raise InputError("give the heads to compare with --head A.json,B.json")
     runs = {p for p in heads if Path(p).is_dir()}  # a run folder: its last checkpoint (a run in progress)
     finished = {p: QueryHead.load(Path(p)) for p in heads if p not in runs}  # a bad file fails before the model loads
-    backbone = load_backbone(spec.base.model)
-    loaded = [finished[p] if p in finished else head_at_checkpoint(p, backbone) for p in heads]
+    models = {p: finished[p].config.model if p in finished
+              else json.loads((Path(p) / "train_config.json").read_text())["model"] for p in heads}
+    backbones = {m: load_backbone(m) for m in dict.fromkeys(models.values())}  # each head on its own model
+    loaded = [finished[p] if p in finished else head_at_checkpoint(p, backbones[models[p]]) for p in heads]
     texts, gold, dev_texts = sample_dev(spec.base, dev_sample, seed)
     reference = corpus_store(dev_texts)
     bm25_row = metrics(rankings(reference, None, texts, "bm25"), gold)
     bm25_scores = reference.bm25_scores(texts)  # (Q, M), the same for every head
     rows = []
     for path, head in zip(heads, loaded, strict=True):
-        cfg = head.config
+        cfg, backbone = head.config, backbones[models[path]]
         store = MemoryStore(dev_texts, training_keys(backbone, dev_texts, cfg.chunk_layer, cfg.n_pool,
                                                      cfg.chunk_tokens))  # keys (M, L_p, d)
         explorer = Explorer(backbone, head, Path(path))
