@@ -3,6 +3,11 @@
     python benchmarks/encode.py [--passages 400] [--quick] [--threads 2] [--model ID] [--dtypes fp32,bf16]
         [--queries 32] [--rounds 2]
 
+Records in ``benchmarks/results/``: ``bench_encode.json`` (``--passages 64 --threads 1 --dtypes fp32,bf16
+--queries 16 --rounds 2``), ``bench_encode_bf16_2threads.json`` (the same at ``--threads 2``), and the two
+backbones side by side at 2 threads, fp32, one round: ``bench_encode_qwen2.5-0.5b.json`` (``--model
+qwen2.5-0.5b --chunk-layer 21``) and ``bench_encode_smollm2_2threads.json`` (the default model, ℓc = 25).
+
 Timings over the same offline Wikipedia passages (lead summaries, cut to 256 tokens), per encoding dtype:
 
 1. the full encoding path: tokenise → length-bucketed batches → blocks 1..ℓc (hook stop) → L_p pooling →
@@ -215,7 +220,8 @@ def main() -> None:
         report(runs[d], dtypes[0])
     result = runs[dtypes[0]] | {"by_dtype": runs} if len(dtypes) > 1 else runs[dtypes[0]]
     result["command"] = (f"python benchmarks/encode.py --passages {count} --threads {args.threads} --dtypes "
-                         f"{args.dtypes} --queries {queries} --rounds {rounds} --token-budget {args.token_budget}")
+                         f"{args.dtypes} --queries {queries} --rounds {rounds} --token-budget {args.token_budget} "
+                         f"--model {args.model} --chunk-layer {args.chunk_layer} --out {args.out}")
     result |= {"threads": args.threads, "cpu": {d: status_line(backbone[d].encoding_name) for d in dtypes},
                "units": cpu_info().units, "native_bf16_units": cpu_info().bf16_units,
                "head": explorers[dtypes[0]].head_source if explorers else None,

@@ -19,7 +19,7 @@ PIZZA = "Cats sleep a lot. Dogs bark at night. " * 20 + "The pizza oven runs at 
     "Birds sing in spring. " * 20
 LICENCE = "Trees grow slowly. Rivers run to the sea. " * 20 + "The licence must be kept with the code. " + \
     "Clouds drift by. " * 20
-PIZZA_WORDS = ("pizza", "485", "Cats sleep", "Birds sing")
+PIZZA_WORDS = ("pizza", "485 degrees", "Cats sleep", "Birds sing")  # "485" alone occurs inside plotted floats
 
 
 @pytest.fixture(scope="module")
