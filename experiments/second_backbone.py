@@ -7,12 +7,15 @@ Commands (in order; each writes a record under ``experiments/records/second_back
     python -m unreal_demo train --model qwen2.5-0.5b --out precomputed/heads/qwen2.5-0.5b --sources squad_dev \\
         --chunk-layer 21 --n-pool 7 --n-ret 32 --n-groups 4 --n-context 2 --steps 250 --batch 16 --warmup 20 \\
         --checkpoint-every 5 --dev-every 125 --dev-sample 200  # resumable: the same command continues a stopped run
-    python -m unreal_demo eval qa --model qwen2.5-0.5b --methods none,oracle,bm25 --k 1,3,5 --sample 100 \\
+    python -m unreal_demo eval heads --head precomputed/heads/qwen2.5-0.5b/head.json --sweep mix-l25 --sample 400 \\
+        --save-fusion --out experiments/records/second_backbone/head_choice_qwen2.5-0.5b.json  # dev; fusion weight
+    python -m unreal_demo eval qa --model qwen2.5-0.5b --methods none,oracle,bm25 --k 1 --sample 100 \\
         --index precomputed/index/smollm2-135m-instruct-l25-all \\
         --out experiments/records/second_backbone/qa_qwen2.5-0.5b.json
     python -m unreal_demo eval retrieval --corpus new_wiki --sample 1000 --model qwen2.5-0.5b \\
-        --head precomputed/heads/qwen2.5-0.5b/head.json --methods unreal,bm25,dense,sparse,hybrid-rrf \\
-        --out experiments/records/second_backbone/eval_new_wiki_qwen2.5-0.5b.json
+        --head precomputed/heads/qwen2.5-0.5b/head.json \\
+        --methods unreal,bm25,dense,sparse,hybrid-rrf,hybrid-fusion \\
+        --out precomputed/eval_retrieval_new_wiki_qwen2.5-0.5b.json  # the About tab shows it with Qwen's head
     python -m unreal_demo eval retrieval --corpus new_wiki --sample 1000 \\
         --head precomputed/heads/smollm2-135m/head.json \\
         --methods unreal,sparse,hybrid-rrf --out experiments/records/second_backbone/eval_new_wiki_smollm2-135m.json
@@ -73,16 +76,19 @@ def qa_side_by_side(qwen: dict, smollm2: dict) -> list[dict]:
     return rows
 
 
-# The retrieval records compared (``eval retrieval … --out`` beside this file, every question's gold rank kept):
-# name → file. BM25 and dense read texts only, so the Qwen record's rows serve both backbones.
-NEW_WIKI = {"qwen": "eval_new_wiki_qwen2.5-0.5b.json", "smollm2": "eval_new_wiki_smollm2-135m.json",
-            "smollm2-default": "eval_new_wiki_smollm2-135m-mix-joint-seed1.json"}
+# The retrieval records compared (``eval retrieval … --out``, every question's gold rank kept): name → file. BM25
+# and dense read texts only, so the Qwen record's rows serve both backbones.
+NEW_WIKI = {"qwen": PRECOMPUTED / "eval_retrieval_new_wiki_qwen2.5-0.5b.json",
+            "smollm2": RECORDS / "eval_new_wiki_smollm2-135m.json",
+            "smollm2-default": RECORDS / "eval_new_wiki_smollm2-135m-mix-joint-seed1.json"}
 PAIRS = [(("qwen", "unreal"), ("qwen", "bm25")), (("qwen", "unreal"), ("qwen", "dense")),
          (("qwen", "hybrid-rrf"), ("qwen", "bm25")), (("qwen", "sparse"), ("qwen", "bm25")),
          (("qwen", "unreal"), ("smollm2", "unreal")), (("qwen", "unreal"), ("smollm2-default", "unreal")),
          (("qwen", "sparse"), ("smollm2", "sparse")), (("qwen", "hybrid-rrf"), ("smollm2", "hybrid-rrf")),
          (("qwen", "hybrid-rrf"), ("smollm2-default", "hybrid-rrf")),
-         (("smollm2", "unreal"), ("qwen", "bm25")), (("smollm2-default", "unreal"), ("qwen", "bm25"))]
+         (("smollm2", "unreal"), ("qwen", "bm25")), (("smollm2-default", "unreal"), ("qwen", "bm25")),
+         (("qwen", "hybrid-fusion"), ("qwen", "bm25")), (("smollm2-default", "hybrid-fusion"), ("qwen", "bm25")),
+         (("qwen", "hybrid-fusion"), ("smollm2-default", "hybrid-fusion"))]
 
 
 def retrieval_side_by_side(records: dict[str, dict], pairs=PAIRS) -> dict:
@@ -148,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
         print(record)
         return 0
     qwen = json.loads(Path(args.qa).read_text())
-    evals = {name: RECORDS / file for name, file in NEW_WIKI.items() if (RECORDS / file).exists()}
+    evals = {name: path for name, path in NEW_WIKI.items() if path.exists()}
     table = {"qa": qa_side_by_side(qwen, json.loads(SMOLLM2_QA.read_text())),
              "new_wiki": retrieval_side_by_side({n: json.loads(f.read_text()) for n, f in evals.items()}),
              "sources": {"qwen_qa": str(Path(args.qa).resolve().relative_to(REPO)),

@@ -26,8 +26,8 @@ OFFLINE_MODELS = (DEFAULT_MODEL, SECOND_MODEL)  # the names every --model and th
 # whose answering chunks were judged by reading, with a distillation term that holds its SQuAD-style ranking; of
 # that recipe's two seeds (and their mean), seed 1 is the best on the judged dev set
 # (docs/RESULTS.md, "The default head").
-# The second backbone's head is trained into precomputed/heads/qwen2.5-0.5b: until its head.json is written there,
-# the model runs with an untrained head (pipeline.head_file) and the app says so, with the training's progress.
+# The second backbone's head (precomputed/heads/qwen2.5-0.5b, 4,000 question visits at ℓc = 21: docs/RESULTS.md,
+# "A second backbone"); a model whose head.json is missing runs untrained and the app says so (pipeline.head_file).
 DEFAULT_HEADS = {DEFAULT_MODEL: PRECOMPUTED / "heads" / "smollm2-135m-mix-joint-seed1" / "head",
                  SECOND_MODEL: PRECOMPUTED / "heads" / SECOND_MODEL / "head"}
 

@@ -33,3 +33,17 @@ def test_another_heads_result_is_shown_whole_when_the_loaded_head_has_none():
     assert for_head([base, other], "c") == (base["table"], [base])
     rows, sources = for_head([base, other], "b")  # its own rows; the base's BM25 is on other questions: left out
     assert rows == other["table"] and sources == [other]
+
+
+def test_the_second_backbones_head_shows_its_own_rows_and_no_other_models_token_matching():
+    """With Qwen's head loaded the New-Wiki table is its own record's; with the default head, no row of Qwen's
+    states (sparse) stands in for SmolLM2's."""
+    found = retrieval_results(PRECOMPUTED)["new_wiki"]
+    qwen = head_digest(DEFAULT_HEADS["qwen2.5-0.5b"])
+    rows, sources = for_head(found, qwen)
+    assert sources == [next(r for r in found if r["provenance"]["head_digest"] == qwen)]
+    assert {r["key"] for r in rows} >= {"unreal", "bm25", "dense", "sparse", "hybrid-fusion"}
+    rows, sources = for_head(found, head_digest(DEFAULT_HEADS[DEFAULT_MODEL]))
+    sparse = [s for s in sources if any(r["key"] == "sparse" for r in s["table"]) and
+              any(r is row for row in rows for r in s["table"] if r["key"] == "sparse")]
+    assert all(s["provenance"]["model"] == DEFAULT_MODEL for s in sparse)

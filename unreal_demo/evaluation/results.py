@@ -100,6 +100,13 @@ def head_free() -> frozenset[str]:
     return frozenset(name for name, method in METHODS.items() if not method.trained)
 
 
+def model_free() -> frozenset[str]:
+    """The head-free methods that read no LLM either (BM25, dense): their rows hold for every backbone."""
+    from ..retrieval.registry import METHODS
+
+    return frozenset(name for name, method in METHODS.items() if not method.trained and not method.model)
+
+
 def question_set(result: dict) -> str:
     """A retrieval result's setting without its head: the questions and corpus it was scored on."""
     return result.get("setting", "").split("; head ")[0]
@@ -107,7 +114,9 @@ def question_set(result: dict) -> str:
 
 def for_head(results: list[dict], digest: str | None) -> tuple[list[dict], list[dict]]:
     """One retrieval evaluation as the loaded head sees it: its own rows from the result made with it, and the rows
-    no head changes (:func:`head_free`) from a result on the same questions (:func:`question_set`) that has them.
+    no head changes (:func:`head_free`) from a result on the same questions (:func:`question_set`) that has them —
+    from a result made on another backbone, only the rows that read no LLM (:func:`model_free`: a token-matching
+    row of another model's states is not this model's).
 
     Parameters
     ----------
@@ -130,19 +139,27 @@ def for_head(results: list[dict], digest: str | None) -> tuple[list[dict], list[
     >>> rows, sources = for_head([base, own], "b")
     >>> [(r["key"], r["R@1"]) for r in rows], sources == [own, base]
     ([('unreal', 0.65), ('bm25', 0.7)], True)
+    >>> other = {"setting": "q; head c", "table": [{"key": "sparse", "R@1": 0.4}, {"key": "dense", "R@1": 0.6}],
+    ...          "provenance": {"head_digest": "c", "model": "m2"}}
+    >>> own["provenance"]["model"] = "m1"
+    >>> [r["key"] for r in for_head([other, own], "b")[0]]
+    ['dense', 'unreal']
     """
     if not results:
         return [], []
     mine = [r for r in results if digest is not None and r.get("provenance", {}).get("head_digest") == digest]
     if not mine:
         return list(results[0]["table"]), [results[0]]
-    own, free = mine[0], head_free()
+    own, free, anywhere = mine[0], head_free(), model_free()
+    model = own.get("provenance", {}).get("model")
     rows, sources = list(own["table"]), [own]
     for result in results:
         if result is own or question_set(result) != question_set(own):
             continue  # other questions: its baselines are not comparable
+        same_model = result.get("provenance", {}).get("model") == model
         have = {r.get("key") for r in rows}
-        extra = [r for r in result["table"] if r.get("key") in free and r.get("key") not in have]
+        extra = [r for r in result["table"] if r.get("key") not in have
+                 and r.get("key") in (free if same_model else anywhere)]
         if extra:
             rows += extra
             sources.append(result)
