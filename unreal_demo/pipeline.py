@@ -125,7 +125,7 @@ class FullContext:
 class BuildProgress:
     """One report of :meth:`Explorer.build_index`: ``done`` of ``total`` chunks encoded by this run (``total``
     0: the corpus is read, the encoding not begun), ``seconds`` since the build began, and ``estimate``, the
-    whole build's seconds at :data:`settings.TOKENS_PER_S` (≈ 4.2 characters per token)."""
+    whole build's seconds at the model's :data:`settings.TOKENS_PER_S` (≈ 4.2 characters per token)."""
 
     done: int
     total: int
@@ -579,7 +579,7 @@ class Explorer:
             dense, token_states = m.get("dense", dense), m.get("token_states", token_states)
         passages = load_corpus(list(corpus))
         tokens = sum(len(p.text) for p in passages) / 4.2  # ≈ characters per token of English text
-        estimate = tokens / TOKENS_PER_S
+        estimate = tokens / TOKENS_PER_S.get(self.backbone.name, TOKENS_PER_S[DEFAULT_MODEL])
 
         def report(done: int, total: int) -> None:
             if progress is not None:

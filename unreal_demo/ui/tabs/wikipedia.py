@@ -27,7 +27,7 @@ from ...serving import (
     borrowed_note,
     store_filter,
 )
-from ...settings import MAX_TOKENS, PRECOMPUTED, TOKENS_PER_S, display_path
+from ...settings import DEFAULT_MODEL, MAX_TOKENS, PRECOMPUTED, SECOND_MODEL, TOKENS_PER_S, display_path
 from ...store.index import IndexStoreError
 from .. import plots
 from ..answer_check import ANSWER_LABEL, PLACEHOLDER, check_html, checked, prefill_html
@@ -160,8 +160,10 @@ def build_tab(loader: Loading, open_stores: bool | None = None) -> Ready:
             stop = gr.Button("Stop", variant="stop")
     gr.Markdown("Exact MaxSim over every chunk of an offline Wikipedia index (Eq. 4). The index stores chunk "
                 "states at ℓc only, so it does not depend on the trained head. Building encodes every chunk once "
-                f"(about {TOKENS_PER_S} tokens/s on 2 CPU cores: New-Wiki ≈ 6 min, all ≈ 70–80 min) and resumes if "
-                "stopped; `python -m unreal_demo index build --corpus all --token-states` builds the same folder.")
+                f"(on 2 CPU cores about {TOKENS_PER_S[DEFAULT_MODEL]} tokens/s with {DEFAULT_MODEL}: New-Wiki ≈ 6 "
+                f"min, all ≈ 70–80 min; {TOKENS_PER_S[SECOND_MODEL]} tokens/s with {SECOND_MODEL}: New-Wiki ≈ 25 min, "
+                "all ≈ 4 h) and resumes if stopped; `python -m unreal_demo index build --corpus all --token-states` "
+                "builds the same folder.")
     with gr.Row():
         corpus = gr.Dropdown(list(CORPORA), value="all", label="corpus", info="; ".join(
             f"{k}: {v}" for k, v in CORPORA.items()))
