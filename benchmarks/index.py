@@ -145,10 +145,11 @@ def main() -> None:
         qv = embed(queries)
         lat["dense"] = percentiles(timed_each(lambda x: ix.dense_topk(x[None], 10), qv))
     if m["token_states"]:
-        from unreal_demo.retrieval.sparse import SparseRetriever, query_token_states
+        from unreal_demo.retrieval.sparse import SparseRetriever, alpha_for, query_token_states
 
         qt = query_token_states(explorer.backbone, queries[:20], c.chunk_layer)
-        lat["sparse"] = percentiles(timed_each(lambda x: SparseRetriever().top(ix, [x], 10), qt))
+        alpha = alpha_for(explorer.backbone.name)
+        lat["sparse"] = percentiles(timed_each(lambda x: SparseRetriever().top(ix, [x], 10, alpha), qt))
     result["latency_after_query_encoding"] = lat
     key_bytes = sum(sh["keys"].nbytes for sh in ix.shards)
     src = torch.empty(2**27)  # 512 MB

@@ -5,15 +5,19 @@ Commands::
 
     # 1. dev: raw and centred sparse scores, alone and fused with the pooled cosine (α grid and RRF)
     python -m experiments token-channel fit --dev 300
+    # 1b. the same on another backbone, its head's ℓc, and each variant on the seed-0 test draw of 1,000 (paired)
+    python -m experiments token-channel fit --dev 300 --test 1000 --model qwen2.5-0.5b \\
+        --head precomputed/heads/qwen2.5-0.5b/head.json
     # 2. test: the product's eval on the seed-0 draw, before (a worktree of the commit before the change) and after
     python -m unreal_demo eval retrieval --corpus new_wiki --sample 200 --out before.json   # in the worktree
     python -m unreal_demo eval retrieval --corpus new_wiki --sample 200 --methods sparse,bm25 --out after.json
     python -m experiments token-channel compare before.json after.json --commits BEFORE AFTER
 
 Records (:data:`RECORDS`, ``experiments/records/token_channel/``): ``fusion_dev.json`` (the dev fit: R@1 / R@10 /
-MRR@10 of each variant, the α chosen) and ``new_wiki_200.json`` (each method's row before and after, and
-:func:`unreal_demo.evaluation.retrieval.paired` of sparse after against sparse before at k = 1 and 10, with
-McNemar's p). Reported in docs/RESULTS.md, "How well does it retrieve".
+MRR@10 of each variant, the α chosen), ``fusion_dev_<model>.json`` (1b: the same for another backbone, with the test
+draw's rows and the fused channel paired against the channel alone) and ``new_wiki_200.json`` (each method's row
+before and after, and :func:`unreal_demo.evaluation.retrieval.paired` of sparse after against sparse before at
+k = 1 and 10, with McNemar's p). Reported in docs/RESULTS.md, "How well does it retrieve".
 
 The dev split is New-Wiki questions outside every seed-0 draw the evaluations make (200, 500, 1,000 and 2,000
 questions), searched over the same 1,581 paragraphs: the corpus is shared, the questions are not. μ is the mean of
@@ -40,7 +44,7 @@ from unreal_demo.retrieval import sparse
 from .common import run_main
 
 FOLDER = Path(__file__).resolve().parent / "records" / "token_channel"
-RECORDS = ("fusion_dev.json", "new_wiki_200.json")
+RECORDS = ("fusion_dev.json", "new_wiki_200.json", "fusion_dev_qwen2.5-0.5b.json")
 DRAWS = (200, 500, 1000, 2000)  # seed-0 draws of the evaluations: kept out of the dev split
 ALPHAS = [i / 20 for i in range(21)]
 RRF_K = 60
@@ -73,12 +77,47 @@ def row(scores: torch.Tensor, gold: list[set[int]]) -> dict:
     return {k: m[k] for k in ("R@1", "R@10", "MRR@10")}
 
 
-def fit(dev: int) -> dict:
-    """The dev fit (:data:`RECORDS` ``fusion_dev.json``)."""
+def gold_ranks(scores: torch.Tensor, gold: list[set[int]]) -> list[int | None]:
+    """Each question's rank (1 = best) of its first gold chunk within the top 100, else None.
+
+    >>> gold_ranks(torch.tensor([[0.1, 0.9, 0.5], [0.3, 0.2, 0.1]]), [{2}, {1}])
+    [2, 2]
+    """
+    return [next((r + 1 for r, i in enumerate(ids) if i in g), None) for ids, g in zip(top(scores, 100), gold,
+                                                                                         strict=True)]
+
+
+def channel(store, explorer, qs: list) -> tuple[torch.Tensor, torch.Tensor]:
+    """Centred sparse scores and the pooled cosine ``(Q, M)`` of questions ``qs`` over ``store``."""
+    qt = sparse.query_token_states(explorer.backbone, [q.text for q in qs], explorer.head.config.chunk_layer)
+    local = torch.cat([sparse.sparse_scores(qt[s : s + 128], store.token_parts, mean=store.token_mean())
+                       for s in range(0, len(qt), 128)])
+    return local, sparse.pooled_scores(qt, store.chunk_means())
+
+
+def held_out_rows(store, explorer, corpus: list, n: int, alpha: float) -> dict:
+    """The centred channel alone, fused at the dev-fitted ``alpha`` and at the shipped α on the seed-0 draw of
+    ``n`` questions (the draw ``eval retrieval --sample n`` scores), and fused against alone question by question."""
+    qs = sample_questions(n, 0)[1]
+    where = {p.id: i for i, p in enumerate(corpus)}
+    gold = [{where[q.passage_id]} for q in qs]
+    local, pooled = channel(store, explorer, qs)
+    variants = {"alone": local, f"fused, α = {alpha} (dev)": sparse.fuse(local, pooled, alpha),
+                f"fused, α = {sparse.ALPHA} (SmolLM2's, which every model used before)":
+                    sparse.fuse(local, pooled, sparse.ALPHA)}
+    ranks = {name: gold_ranks(v, gold) for name, v in variants.items()}
+    return {"questions": len(qs), "rows": {name: row(v, gold) for name, v in variants.items()},
+            "paired_vs_alone": {name: {f"R@{k}": paired(r, ranks["alone"], k) for k in (1, 10)}
+                                for name, r in ranks.items() if name != "alone"}}
+
+
+def fit(dev: int, model: str | None = None, head: str | None = None, test: int = 0) -> dict:
+    """The dev fit (:data:`RECORDS` ``fusion_dev.json``; ``fusion_dev_<model>.json`` for another backbone) and,
+    with ``test``, the test draw's rows (:func:`held_out_rows`)."""
     from unreal_demo.pipeline import Explorer
 
     t0 = time.time()
-    explorer = Explorer.load(require_head=True)
+    explorer = Explorer.load(model, head=head, require_head=True) if model else Explorer.load(require_head=True)
     corpus, qs = dev_questions(dev)
     where = {p.id: i for i, p in enumerate(corpus)}
     gold = [{where[q.passage_id]} for q in qs]
@@ -103,10 +142,12 @@ def fit(dev: int) -> dict:
                     "MRR@10 (ties to the smaller α)",
             "dev": f"{len(qs)} New-Wiki questions (seed 1) outside the seed-0 draws of {list(DRAWS)}, over the "
                    f"{len(corpus):,} New-Wiki paragraphs",
-            "command": f"python -m experiments token-channel fit --dev {dev}",
+            "command": f"python -m experiments token-channel fit --dev {dev}"
+                       + (f" --test {test} --model {model} --head {head}" if model else ""),
             "head": explorer.head_source, "chunk_layer": layer, "k": sparse.K,
-            "rows": rows, "best": best, "seconds": round(time.time() - t0, 1),
-            "provenance": provenance(explorer)}
+            "rows": rows, "best": best,
+            **({"test": held_out_rows(store, explorer, corpus, test, best["centred"]["alpha"])} if test else {}),
+            "seconds": round(time.time() - t0, 1), "provenance": provenance(explorer)}
 
 
 def compare(before: dict, after: dict, commits: list[str]) -> dict:
@@ -132,13 +173,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("action", choices=("fit", "compare"))
     p.add_argument("files", nargs="*", help="compare: the eval retrieval records before and after")
     p.add_argument("--dev", type=int, default=300, help="fit: dev questions")
+    p.add_argument("--test", type=int, default=0, help="fit: also score the seed-0 draw of N questions")
+    p.add_argument("--model", default=None, help="fit: another backbone (its record is fusion_dev_<model>.json)")
+    p.add_argument("--head", default=None, help="fit: that backbone's head")
     p.add_argument("--commits", nargs=2, default=None, help="compare: the commits of the two runs")
     p.add_argument("--out", default=None, help="the record (default: its name in RECORDS under the folder)")
 
     def handle(args: argparse.Namespace) -> None:
         FOLDER.mkdir(parents=True, exist_ok=True)
         if args.action == "fit":
-            result, name = fit(args.dev), RECORDS[0]
+            result = fit(args.dev, args.model, args.head, args.test)
+            name = f"fusion_dev_{args.model}.json" if args.model else RECORDS[0]
         else:
             if len(args.files) != 2:
                 raise UserError("compare takes two eval retrieval records: before and after")

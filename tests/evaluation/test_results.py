@@ -10,13 +10,14 @@ from unreal_demo.evaluation.results import head_mismatch, provenance
 
 def _explorer(tmp_path, weights: bytes = b"w1"):
     (tmp_path / "head.safetensors").write_bytes(weights)
-    backbone = SimpleNamespace(name="m", revision="r", dtype="torch.float32")
+    backbone = SimpleNamespace(name="m", revision="r", dtype="torch.float32", encoding_name="bf16")
     return SimpleNamespace(backbone=backbone, head_source="heads/head.json", head_path=tmp_path / "head.json")
 
 
 def test_provenance_records_the_prompt_and_the_answer_rule(tmp_path):
     made = provenance(_explorer(tmp_path), argv=["/x/unreal_demo/__main__.py", "eval", "qa"])
     assert made["prompt"] == DEFAULT_PROMPT and made["answer_rule"] == ANSWER_RULE.name
+    assert made["encoded_in"] == "bf16"  # the dtype that encoded, beside the answering weights' dtype
     assert made["command"] == "python -m unreal_demo eval qa" and len(made["head_digest"]) == 16
 
 

@@ -157,8 +157,11 @@ def test_dense_and_sparse_methods_equal_brute_force(tmp_path, tiny, explorer):
     queries = ["item 7 weighs", "Passage 12 tells"]
     qt = sparse.query_token_states(tiny, queries, 3)
     ref = sparse_by_hand(qt, [t.float() for t in toks], keys.half().float().mean(1), sparse.K, sparse.ALPHA)
-    scores, ids = sparse.SparseRetriever().top(ix, qt, k=4)
+    scores, _ = sparse.SparseRetriever().top(ix, qt, k=4, alpha=sparse.ALPHA)  # fused, as for the default model
     assert torch.allclose(scores, ref.topk(4).values, atol=1e-3)
+    alone = sparse_by_hand(qt, [t.float() for t in toks], keys.half().float().mean(1), sparse.K, 0.0)
+    scores, ids = sparse.SparseRetriever().top(ix, qt, k=4, alpha=sparse.alpha_for(tiny.name))  # never fitted: alone
+    assert torch.allclose(scores, alone.topk(4).values, atol=1e-3)
     ids_d = retrieve(ix, explorer, queries, k=3, method="dense").ids
     ref_d = (dense.embed(queries) @ dense.embed(texts).T).topk(3).indices
     assert ids_d == ref_d.tolist()

@@ -46,8 +46,9 @@ def head_digest(head_path: Path | None) -> str | None:
 
 
 def provenance(explorer=None, argv: list[str] | None = None, prompt: str | None = None) -> dict:
-    """How a result was made: command, head path and digest, model, revision and dtype, answering prompt (default
-    :data:`core.generation.DEFAULT_PROMPT`) and answer rule, date, schema."""
+    """How a result was made: command, head path and digest, model, revision, dtype (the answering weights') and
+    the dtype that encoded chunks and queries (``encoded_in``: bf16 on a CPU whose choice it is), answering prompt
+    (default :data:`core.generation.DEFAULT_PROMPT`) and answer rule, date, schema."""
     from ..core.generation import ANSWER_RULE, DEFAULT_PROMPT
 
     record = {"schema": SCHEMA, "command": command(argv),
@@ -55,6 +56,7 @@ def provenance(explorer=None, argv: list[str] | None = None, prompt: str | None 
     if explorer is not None:
         record |= {"model": explorer.backbone.name, "revision": explorer.backbone.revision,
                    "dtype": str(explorer.backbone.dtype).removeprefix("torch."),
+                   "encoded_in": explorer.backbone.encoding_name,
                    "head": explorer.head_source, "head_digest": head_digest(explorer.head_path),
                    "prompt": prompt or DEFAULT_PROMPT, "answer_rule": ANSWER_RULE.name}
     return record

@@ -7,10 +7,13 @@ that query and stored tokens share one space instead of every cosine sitting nea
 query token, the best retrieved match counts; a chunk that the token did not
 retrieve gets the floor, the lowest score the token retrieved ("missing-score
 estimation"). The sparse score is the mean over query tokens, fused with the
-whole-chunk (mean-pooled) cosine: s = (1 − α)·sparse + α·pooled, α = 0.4, fitted on a dev split (300 New-Wiki
-questions outside every seed-0 evaluation draw: centred alone R@1 / R@10 0.670 / 0.880, fused 0.680 / 0.890; the
-paper's α = 0.5 on raw states pulled the channel down, 0.640 / 0.863 → 0.573 / 0.813, and rank fusion (RRF) with
-the weak pooled cosine fell to 0.363 / 0.743: docs/RESULTS.md, "Sparse, centred").
+whole-chunk (mean-pooled) cosine: s = (1 − α)·sparse + α·pooled, α fitted per backbone on a dev split (300
+New-Wiki questions outside every seed-0 evaluation draw; ``experiments/token_channel.py``). SmolLM2: α = 0.4
+(centred alone R@1 / R@10 0.670 / 0.880, fused 0.680 / 0.890; the paper's α = 0.5 on raw states pulled the channel
+down, 0.640 / 0.863 → 0.573 / 0.813, and rank fusion (RRF) with the weak pooled cosine fell to 0.363 / 0.743).
+Qwen2.5-0.5B: α = 0, the channel alone (0.507 / 0.783; α = 0.4 gives 0.430 / 0.667, and on the 1,000 held-out
+New-Wiki questions 0.403 / 0.620 against 0.470 / 0.746 alone). A model never fitted gets the channel alone, so the
+fused channel is never below it (docs/RESULTS.md, "A second backbone").
 
 Example
 -------
@@ -29,11 +32,13 @@ import torch
 
 from ..core.backbone import Backbone
 from ..core.encoding import query_states
+from ..settings import DEFAULT_MODEL, SECOND_MODEL
 from .base import QueryModel, Retrieval, Retriever, timed, topk
 from .unreal import check_model
 
 K = 64  # stored tokens each query token retrieves
-ALPHA = 0.4  # weight of the pooled (whole-chunk) cosine in the fusion, fitted on dev (docs/RESULTS.md)
+ALPHA = 0.4  # the default model's weight of the pooled (whole-chunk) cosine in the fusion, fitted on dev
+ALPHAS = {DEFAULT_MODEL: ALPHA, SECOND_MODEL: 0.0}  # per backbone, fitted on dev (the module docstring)
 QUERY_BATCH = 128  # queries scored at a time (memory stays bounded)
 
 
@@ -165,6 +170,15 @@ def pooled_scores(queries: Sequence[torch.Tensor], chunk_means: torch.Tensor) ->
     return q @ torch.nn.functional.normalize(chunk_means.float(), dim=-1).T
 
 
+def alpha_for(model: str) -> float:
+    """α of ``model``'s fusion: fitted on its dev split (:data:`ALPHAS`), else 0 (the channel alone).
+
+    >>> alpha_for("smollm2-135m-instruct"), alpha_for("qwen2.5-0.5b"), alpha_for("some/other-model")
+    (0.4, 0.0, 0.0)
+    """
+    return ALPHAS.get(model, 0.0)
+
+
 def fuse(sparse: torch.Tensor, pooled: torch.Tensor, alpha: float = ALPHA) -> torch.Tensor:
     """Local–global fusion ``(1 − α)·sparse + α·pooled``."""
     return (1 - alpha) * sparse + alpha * pooled
@@ -173,18 +187,20 @@ def fuse(sparse: torch.Tensor, pooled: torch.Tensor, alpha: float = ALPHA) -> to
 class SparseRetriever(Retriever):
     """Sparse token matching over the store's token states, fused with the pooled cosine (the module docstring)."""
 
-    name, label = "sparse", f"sparse token matching (k={K}, centred, α={ALPHA} fitted on dev)"
+    name, label = "sparse", f"sparse token matching (k={K}, centred, α fitted on dev per model)"
     help = "the sibling paper's token matching at block ℓc"
     model, needs = True, ("keys", "token_states")
 
-    def top(self, store: Any, query_tokens: Sequence[torch.Tensor], k: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Fused scores and chunk ids ``(Q, k)``, best first, of queries given as normalised token states."""
+    def top(self, store: Any, query_tokens: Sequence[torch.Tensor], k: int,
+            alpha: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
+        """Scores and chunk ids ``(Q, k)``, best first, of queries given as normalised token states: the channel
+        fused with the pooled cosine at ``alpha`` (0: the channel alone)."""
         parts, mean = store.token_parts, store.token_mean()
         local = torch.cat([sparse_scores(query_tokens[s : s + QUERY_BATCH], parts, mean=mean)
                            for s in range(0, len(query_tokens), QUERY_BATCH)])  # (Q, M)
-        if not ALPHA:
+        if not alpha:
             return topk(local, k)
-        return topk(fuse(local, pooled_scores(query_tokens, store.chunk_means())), k)
+        return topk(fuse(local, pooled_scores(query_tokens, store.chunk_means()), alpha), k)
 
     def search(self, store: Any, queries: Sequence[str], k: int, query_model: QueryModel | None = None,
                fusion_weight: float | None = None, vectors: torch.Tensor | None = None) -> Retrieval:
@@ -192,5 +208,6 @@ class SparseRetriever(Retriever):
         timings: dict[str, float] = {}
         qt = timed(timings, "query_encoding",
                    lambda: query_token_states(query_model.backbone, queries, query_model.head.config.chunk_layer))
-        scores, ids = timed(timings, "scan", lambda: self.top(store, qt, k))
+        alpha = alpha_for(query_model.backbone.name)
+        scores, ids = timed(timings, "scan", lambda: self.top(store, qt, k, alpha))
         return Retrieval(ids.tolist(), scores.tolist(), timings, token_states=qt)
