@@ -1,6 +1,11 @@
 """Time ``ask`` on the ~6,000-token needle haystack for every method, in one run (medians of --reps).
 
-    python benchmarks/ask_haystack.py [--reps 3] [--dtypes fp32,bf16] [--out benchmarks/results/ask_haystack.json]
+    python benchmarks/ask_haystack.py [--reps 3] [--model M] [--dtypes fp32,bf16]
+        [--out benchmarks/results/ask_haystack.json]
+
+The two offline backbones side by side, one repetition each, one after the other on the same machine:
+``--reps 1 --out benchmarks/results/ask_haystack_smollm2_reps1.json`` and ``--reps 1 --model qwen2.5-0.5b --out
+benchmarks/results/ask_haystack_qwen2.5-0.5b.json``. Each record holds the process's peak resident memory.
 
 Each repetition encodes the document afresh (the encoding cache is cleared). Prints encode, retrieval,
 prefill, time to first token and total per method, and UNREAL's first-token time as a ratio of full context's.
@@ -14,12 +19,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import resource
 import statistics
 from pathlib import Path
 
 from unreal_demo.core.cpu import status_line
 from unreal_demo.pipeline import Explorer
 from unreal_demo.retrieval.registry import METHODS
+from unreal_demo.settings import DEFAULT_MODEL
 
 DOC = Path(__file__).resolve().parents[1] / "assets" / "examples" / "needle_haystack.txt"
 QUESTION = "What is the secret ingredient of the best pizza in Oakland?"
@@ -28,12 +35,13 @@ QUESTION = "What is the secret ingredient of the best pizza in Oakland?"
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--model", default=DEFAULT_MODEL, help="the backbone (its shipped head); not with --dtypes")
     parser.add_argument("--dtypes", default="", help="encoding dtypes to compare on UNREAL, the first the baseline")
     parser.add_argument("--out", default="benchmarks/results/ask_haystack.json")
     args = parser.parse_args()
     if args.dtypes:
         return by_dtype(args.dtypes.split(","), args.reps, args.out)
-    ex = Explorer.load()
+    ex = Explorer.load(args.model)
     doc = DOC.read_text()
     ex.ask([doc], QUESTION, 5, "bm25", max_new_tokens=4)  # warm-up (allocator, MiniLM not loaded)
     rows = []
@@ -56,9 +64,14 @@ def main() -> None:
     full = next(r for r in rows if r["method"] == "full")["first_token"]
     unreal = next(r for r in rows if r["method"] == "unreal")["first_token"]
     print(f"UNREAL / full context, time to first token: {unreal / full:.2f}")
-    Path(args.out).write_text(json.dumps({"command": f"python benchmarks/ask_haystack.py --reps "
-                                          f"{args.reps}", "machine": "2 CPU cores, fp32", "head": ex.head_source,
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB on Linux → GiB
+    print(f"peak resident memory {peak:.2f} GiB")
+    Path(args.out).write_text(json.dumps({"command": f"python benchmarks/ask_haystack.py --reps {args.reps} --model "
+                                          f"{args.model} --out {args.out}", "machine": "2 CPU cores",
+                                          "model": args.model, "head": ex.head_source,
                                           "cpu": status_line(ex.backbone.encoding_name),
+                                          "answer_dtype": str(ex.backbone.dtype).removeprefix("torch."),
+                                          "peak_rss_gib": round(peak, 2),
                                           "rows": rows, "unreal_over_full_ttft": unreal / full}, indent=2))
 
 

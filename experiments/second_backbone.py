@@ -76,6 +76,55 @@ def qa_side_by_side(qwen: dict, smollm2: dict) -> list[dict]:
     return rows
 
 
+# Each backbone answering from its own selection over its own index of the 1,581 New-Wiki paragraphs (``eval qa
+# --index`` of ``index build --corpus new_wiki``; BM25 reads the texts, chunked by each model's tokenizer), and the
+# same-topic 2K contexts' evidence (``bench longcontext --evidence-only``).
+OWN_QA = {"qwen": RECORDS / "qa_new_wiki_index_qwen2.5-0.5b.json",
+          "smollm2": RECORDS / "qa_new_wiki_index_smollm2-135m.json"}
+SAME_TOPIC = {"qwen": RECORDS / "same_topic_evidence_qwen2.5-0.5b.json",
+              "smollm2": Path(__file__).resolve().parent / "records" / "evaluations" / "qa_same_topic_evidence.json"}
+
+
+def own_selection_qa(records: dict[str, dict]) -> list[dict]:
+    """Within each backbone, UNREAL's answers at k against BM25's; across them, each row against the other
+    backbone's same row (both from their own selections), every split paired on the questions both answered
+    (``a`` / ``b``: the contained rates of ``first`` / ``second``)."""
+    got = {name: answers_contained(r) for name, r in records.items()}
+    rows = [{"backbone": name, "first": label, "second": bm25, **paired_qa(c[label], c[bm25])}
+            for name, c in got.items() for label in c
+            if label.startswith("unreal@") and (bm25 := "bm25@" + label.split("@")[1]) in c]
+    if {"qwen", "smollm2"} <= set(got):
+        rows += [{"backbone": "qwen against smollm2", "first": label, "second": label,
+                  **paired_qa(got["qwen"][label], got["smollm2"][label])}
+                 for label in got["qwen"] if label in got["smollm2"]]
+    return rows
+
+
+def evidence_side_by_side(records: dict[str, dict]) -> list[dict]:
+    """Evidence recall@n of each backbone's UNREAL and BM25 on the same-topic contexts, and the pairs that matter
+    (UNREAL against BM25 within a backbone, Qwen's UNREAL against SmolLM2's) on the questions both selected for.
+
+    >>> r = {"qwen": {"ns": [1], "rows": [{"id": "a", "method": "unreal", "found": "1"},
+    ...                                   {"id": "a", "method": "bm25", "found": "0"}]}}
+    >>> evidence_side_by_side(r)[0]["n=1"]
+    {'a': 1.0, 'b': 0.0, 'a_only': 1, 'b_only': 0, 'p': 1.0}
+    """
+    found = {(name, m): {row["id"]: row["found"] for row in r["rows"] if row["method"] == m}
+             for name, r in records.items() for m in ("unreal", "bm25")}
+    pairs = [((n, "unreal"), (n, "bm25")) for n in records] + \
+        ([(("qwen", "unreal"), ("smollm2", "unreal"))] if {"qwen", "smollm2"} <= set(records) else [])
+    out = []
+    for a, b in pairs:
+        ids = sorted(set(found[a]) & set(found[b]))
+        ns = records[a[0]]["ns"]
+        out.append({"a": ":".join(a), "b": ":".join(b), "questions": len(ids), **{
+            f"n={n}": {k: v for k, v in paired([1 if found[a][i][j] == "1" else None for i in ids],
+                                               [1 if found[b][i][nb.index(n)] == "1" else None for i in ids],
+                                               1).items() if k != "k"}
+            for j, n in enumerate(ns) if n in (nb := records[b[0]]["ns"])}})
+    return out
+
+
 # The retrieval records compared (``eval retrieval … --out``, every question's gold rank kept): name → file. BM25
 # and dense read texts only, so the Qwen record's rows serve both backbones.
 NEW_WIKI = {"qwen": PRECOMPUTED / "eval_retrieval_new_wiki_qwen2.5-0.5b.json",
@@ -155,13 +204,20 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     qwen = json.loads(Path(args.qa).read_text())
     evals = {name: path for name, path in NEW_WIKI.items() if path.exists()}
+    own = {name: path for name, path in OWN_QA.items() if path.exists()}
+    topic = {name: path for name, path in SAME_TOPIC.items() if path.exists()}
     table = {"qa": qa_side_by_side(qwen, json.loads(SMOLLM2_QA.read_text())),
+             "qa_own_selection": own_selection_qa({n: json.loads(f.read_text()) for n, f in own.items()}),
+             "same_topic_evidence": evidence_side_by_side({n: json.loads(f.read_text()) for n, f in topic.items()}),
              "new_wiki": retrieval_side_by_side({n: json.loads(f.read_text()) for n, f in evals.items()}),
              "sources": {"qwen_qa": str(Path(args.qa).resolve().relative_to(REPO)),
                          "smollm2_qa": str(SMOLLM2_QA.relative_to(REPO)),
-                         **{f"new_wiki_{n}": str(f.relative_to(REPO)) for n, f in evals.items()}},
+                         **{f"new_wiki_{n}": str(f.relative_to(REPO)) for n, f in evals.items()},
+                         **{f"qa_own_selection_{n}": str(f.relative_to(REPO)) for n, f in own.items()},
+                         **{f"same_topic_evidence_{n}": str(f.relative_to(REPO)) for n, f in topic.items()}},
              "command": "python -m experiments second-backbone"}
     Path(args.out).write_text(json.dumps(table, indent=1) + "\n")
-    for row in table["qa"] + table["new_wiki"]["rows"] + table["new_wiki"]["pairs"]:
+    for row in (table["qa"] + table["qa_own_selection"] + table["same_topic_evidence"] + table["new_wiki"]["rows"]
+                + table["new_wiki"]["pairs"]):
         print(row)
     return 0
