@@ -44,7 +44,8 @@ from unreal_demo.retrieval import sparse
 from .common import run_main
 
 FOLDER = Path(__file__).resolve().parent / "records" / "token_channel"
-RECORDS = ("fusion_dev.json", "new_wiki_200.json", "fusion_dev_qwen2.5-0.5b.json")
+RECORDS = ("fusion_dev.json", "new_wiki_200.json", "fusion_dev_qwen2.5-0.5b.json",
+           "fusion_dev_smollm2-135m-instruct.json")
 DRAWS = (200, 500, 1000, 2000)  # seed-0 draws of the evaluations: kept out of the dev split
 ALPHAS = [i / 20 for i in range(21)]
 RRF_K = 60
