@@ -24,12 +24,14 @@ import statistics
 from pathlib import Path
 
 from unreal_demo.core.cpu import status_line
+from unreal_demo.core.generation import ANSWER_RULE, AnswerRule
 from unreal_demo.pipeline import Explorer
 from unreal_demo.retrieval.registry import METHODS
 from unreal_demo.settings import DEFAULT_MODEL
 
 DOC = Path(__file__).resolve().parents[1] / "assets" / "examples" / "needle_haystack.txt"
 QUESTION = "What is the secret ingredient of the best pizza in Oakland?"
+WARM_UP = AnswerRule(budget=4, first_sentence=False)  # a few tokens: the allocator and the first shapes
 
 
 def main() -> None:
@@ -43,13 +45,13 @@ def main() -> None:
         return by_dtype(args.dtypes.split(","), args.reps, args.out)
     ex = Explorer.load(args.model)
     doc = DOC.read_text()
-    ex.ask([doc], QUESTION, 5, "bm25", max_new_tokens=4)  # warm-up (allocator, MiniLM not loaded)
+    ex.ask([doc], QUESTION, 5, "bm25", rule=WARM_UP)  # warm-up (allocator, MiniLM not loaded)
     rows = []
     for method in METHODS:
         runs = []
         for _ in range(args.reps):
             ex.clear_cache()
-            runs.append(ex.ask([doc], QUESTION, 5, method, max_new_tokens=32))
+            runs.append(ex.ask([doc], QUESTION, 5, method, rule=ANSWER_RULE))
         timings = {k: round(statistics.median(r["timings"].get(k, 0.0) for r in runs), 3)
                    for k in ("chunk", "encode", "retrieval", "prefill", "first_token", "total")}
         last = runs[-1]
@@ -80,12 +82,12 @@ def by_dtype(dtypes: list[str], reps: int, out: str) -> None:
     explorers = {d: Explorer.load(dtype=d) for d in dtypes}
     doc = DOC.read_text()
     for ex in explorers.values():
-        ex.ask([doc], QUESTION, 5, "unreal", max_new_tokens=4)  # warm-up (the encoding view, first shapes)
+        ex.ask([doc], QUESTION, 5, "unreal", rule=WARM_UP)  # warm-up (the encoding view, first shapes)
     runs: dict[str, list[dict]] = {d: [] for d in dtypes}
     for _ in range(reps):
         for d, ex in explorers.items():
             ex.clear_cache()
-            runs[d].append(ex.ask([doc], QUESTION, 5, "unreal", max_new_tokens=32))
+            runs[d].append(ex.ask([doc], QUESTION, 5, "unreal", rule=ANSWER_RULE))
     keys = ("encode", "retrieval", "prefill", "first_token", "total")  # retrieval: the query's vectors and the scan
     rows = {}
     for d in dtypes:
