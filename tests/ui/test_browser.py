@@ -338,7 +338,7 @@ def test_every_tab_is_reachable_at_800_px(url, browser):
         assert page.locator(".overflow-menu:not(.hide)").count() == 0  # no tab folded behind "⋯"
         for name in TABS:
             label = page.get_by_role("tab", name=name, exact=True)
-            assert label.is_visible()
+            sync_api.expect(label).to_be_visible()  # waits for the layout (a busy machine renders late)
             label.click()
             sync_api.expect(label).to_have_attribute("aria-selected", "true")
             assert page.locator("[role=tabpanel]:visible").first.inner_text().strip()

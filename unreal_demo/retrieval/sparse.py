@@ -8,7 +8,7 @@ query token, the best retrieved match counts; a chunk that the token did not
 retrieve gets the floor, the lowest score the token retrieved ("missing-score
 estimation"). The sparse score is the mean over query tokens, fused with the
 whole-chunk (mean-pooled) cosine: s = (1 − α)·sparse + α·pooled, α fitted per backbone on a dev split (300
-New-Wiki questions outside every seed-0 evaluation draw; ``experiments/token_channel.py``). SmolLM2: α = 0.4
+New-Wiki questions outside every seed-0 evaluation draw; docs/RESULTS.md gives the command). SmolLM2: α = 0.4
 (centred alone R@1 / R@10 0.670 / 0.880, fused 0.680 / 0.890; the paper's α = 0.5 on raw states pulled the channel
 down, 0.640 / 0.863 → 0.573 / 0.813, and rank fusion (RRF) with the weak pooled cosine fell to 0.363 / 0.743).
 Qwen2.5-0.5B: α = 0, the channel alone (0.507 / 0.783; α = 0.4 gives 0.430 / 0.667, and on the 1,000 held-out
