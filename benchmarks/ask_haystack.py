@@ -26,7 +26,7 @@ from pathlib import Path
 from unreal_demo.core.cpu import status_line
 from unreal_demo.core.generation import ANSWER_RULE, AnswerRule
 from unreal_demo.pipeline import Explorer
-from unreal_demo.retrieval.registry import METHODS
+from unreal_demo.retrieval.registry import names
 from unreal_demo.settings import DEFAULT_MODEL
 
 DOC = Path(__file__).resolve().parents[1] / "assets" / "examples" / "needle_haystack.txt"
@@ -47,7 +47,7 @@ def main() -> None:
     doc = DOC.read_text()
     ex.ask([doc], QUESTION, 5, "bm25", rule=WARM_UP)  # warm-up (allocator, MiniLM not loaded)
     rows = []
-    for method in METHODS:
+    for method in names("document"):  # every method a pasted document offers
         runs = []
         for _ in range(args.reps):
             ex.clear_cache()
