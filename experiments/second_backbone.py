@@ -23,6 +23,13 @@ Commands (in order; each writes a record under ``experiments/records/second_back
         --head precomputed/heads/smollm2-135m-mix-joint-seed1/head.json \\
         --methods unreal,sparse,hybrid-rrf,hybrid-fusion \\
         --out experiments/records/second_backbone/eval_new_wiki_smollm2-135m-mix-joint-seed1.json
+    python -m unreal_demo index build --corpus new_wiki --out DIR_Q --model qwen2.5-0.5b   # each backbone's own
+    python -m unreal_demo index build --corpus new_wiki --out DIR_S                        # New-Wiki index
+    python -m unreal_demo eval qa --model qwen2.5-0.5b --head precomputed/heads/qwen2.5-0.5b/head.json \
+        --methods unreal,bm25 --k 1,3,5 --sample 100 --index DIR_Q \
+        --out experiments/records/second_backbone/qa_new_wiki_index_qwen2.5-0.5b.json
+    python -m unreal_demo eval qa --methods unreal,bm25 --k 1,3,5 --sample 100 --index DIR_S \
+        --out experiments/records/second_backbone/qa_new_wiki_index_smollm2-135m.json
     python -m experiments second-backbone                       # the side-by-side table: side_by_side.json
     python -m experiments second-backbone --bf16-keys 48        # bf16 against fp32 pooled keys: bf16_keys_<model>.json
 
@@ -77,12 +84,9 @@ def qa_side_by_side(qwen: dict, smollm2: dict) -> list[dict]:
 
 
 # Each backbone answering from its own selection over its own index of the 1,581 New-Wiki paragraphs (``eval qa
-# --index`` of ``index build --corpus new_wiki``; BM25 reads the texts, chunked by each model's tokenizer), and the
-# same-topic 2K contexts' evidence (``bench longcontext --evidence-only``).
+# --index`` of ``index build --corpus new_wiki``; BM25 reads the texts, chunked by each model's tokenizer).
 OWN_QA = {"qwen": RECORDS / "qa_new_wiki_index_qwen2.5-0.5b.json",
           "smollm2": RECORDS / "qa_new_wiki_index_smollm2-135m.json"}
-SAME_TOPIC = {"qwen": RECORDS / "same_topic_evidence_qwen2.5-0.5b.json",
-              "smollm2": Path(__file__).resolve().parent / "records" / "evaluations" / "qa_same_topic_evidence.json"}
 
 
 def own_selection_qa(records: dict[str, dict]) -> list[dict]:
@@ -98,31 +102,6 @@ def own_selection_qa(records: dict[str, dict]) -> list[dict]:
                   **paired_qa(got["qwen"][label], got["smollm2"][label])}
                  for label in got["qwen"] if label in got["smollm2"]]
     return rows
-
-
-def evidence_side_by_side(records: dict[str, dict]) -> list[dict]:
-    """Evidence recall@n of each backbone's UNREAL and BM25 on the same-topic contexts, and the pairs that matter
-    (UNREAL against BM25 within a backbone, Qwen's UNREAL against SmolLM2's) on the questions both selected for.
-
-    >>> r = {"qwen": {"ns": [1], "rows": [{"id": "a", "method": "unreal", "found": "1"},
-    ...                                   {"id": "a", "method": "bm25", "found": "0"}]}}
-    >>> evidence_side_by_side(r)[0]["n=1"]
-    {'a': 1.0, 'b': 0.0, 'a_only': 1, 'b_only': 0, 'p': 1.0}
-    """
-    found = {(name, m): {row["id"]: row["found"] for row in r["rows"] if row["method"] == m}
-             for name, r in records.items() for m in ("unreal", "bm25")}
-    pairs = [((n, "unreal"), (n, "bm25")) for n in records] + \
-        ([(("qwen", "unreal"), ("smollm2", "unreal"))] if {"qwen", "smollm2"} <= set(records) else [])
-    out = []
-    for a, b in pairs:
-        ids = sorted(set(found[a]) & set(found[b]))
-        ns = records[a[0]]["ns"]
-        out.append({"a": ":".join(a), "b": ":".join(b), "questions": len(ids), **{
-            f"n={n}": {k: v for k, v in paired([1 if found[a][i][j] == "1" else None for i in ids],
-                                               [1 if found[b][i][nb.index(n)] == "1" else None for i in ids],
-                                               1).items() if k != "k"}
-            for j, n in enumerate(ns) if n in (nb := records[b[0]]["ns"])}})
-    return out
 
 
 # The retrieval records compared (``eval retrieval … --out``, every question's gold rank kept): name → file. BM25
@@ -205,19 +184,15 @@ def main(argv: list[str] | None = None) -> int:
     qwen = json.loads(Path(args.qa).read_text())
     evals = {name: path for name, path in NEW_WIKI.items() if path.exists()}
     own = {name: path for name, path in OWN_QA.items() if path.exists()}
-    topic = {name: path for name, path in SAME_TOPIC.items() if path.exists()}
     table = {"qa": qa_side_by_side(qwen, json.loads(SMOLLM2_QA.read_text())),
              "qa_own_selection": own_selection_qa({n: json.loads(f.read_text()) for n, f in own.items()}),
-             "same_topic_evidence": evidence_side_by_side({n: json.loads(f.read_text()) for n, f in topic.items()}),
              "new_wiki": retrieval_side_by_side({n: json.loads(f.read_text()) for n, f in evals.items()}),
              "sources": {"qwen_qa": str(Path(args.qa).resolve().relative_to(REPO)),
                          "smollm2_qa": str(SMOLLM2_QA.relative_to(REPO)),
                          **{f"new_wiki_{n}": str(f.relative_to(REPO)) for n, f in evals.items()},
-                         **{f"qa_own_selection_{n}": str(f.relative_to(REPO)) for n, f in own.items()},
-                         **{f"same_topic_evidence_{n}": str(f.relative_to(REPO)) for n, f in topic.items()}},
+                         **{f"qa_own_selection_{n}": str(f.relative_to(REPO)) for n, f in own.items()}},
              "command": "python -m experiments second-backbone"}
     Path(args.out).write_text(json.dumps(table, indent=1) + "\n")
-    for row in (table["qa"] + table["qa_own_selection"] + table["same_topic_evidence"] + table["new_wiki"]["rows"]
-                + table["new_wiki"]["pairs"]):
+    for row in table["qa"] + table["qa_own_selection"] + table["new_wiki"]["rows"] + table["new_wiki"]["pairs"]:
         print(row)
     return 0

@@ -38,8 +38,9 @@ import torch
 from unreal_demo.data.sources import load_squad
 from unreal_demo.errors import UserError
 from unreal_demo.evaluation.results import provenance
-from unreal_demo.evaluation.retrieval import corpus_store, metrics, paired, sample_questions, top
+from unreal_demo.evaluation.retrieval import corpus_store, gold_ranks, held_out, metrics, paired, sample_questions, top
 from unreal_demo.retrieval import sparse
+from unreal_demo.settings import DEFAULT_MODEL
 
 from .common import run_main
 
@@ -78,35 +79,23 @@ def row(scores: torch.Tensor, gold: list[set[int]]) -> dict:
     return {k: m[k] for k in ("R@1", "R@10", "MRR@10")}
 
 
-def gold_ranks(scores: torch.Tensor, gold: list[set[int]]) -> list[int | None]:
-    """Each question's rank (1 = best) of its first gold chunk within the top 100, else None.
-
-    >>> gold_ranks(torch.tensor([[0.1, 0.9, 0.5], [0.3, 0.2, 0.1]]), [{2}, {1}])
-    [2, 2]
-    """
-    return [next((r + 1 for r, i in enumerate(ids) if i in g), None) for ids, g in zip(top(scores, 100), gold,
-                                                                                         strict=True)]
+def local_scores(store, qt: list[torch.Tensor], mean: torch.Tensor | None) -> torch.Tensor:
+    """Sparse scores ``(Q, M)`` of query token states ``qt`` over ``store``, centred on ``mean`` (None: raw)."""
+    return torch.cat([sparse.sparse_scores(qt[s : s + sparse.QUERY_BATCH], store.token_parts, mean=mean)
+                      for s in range(0, len(qt), sparse.QUERY_BATCH)])
 
 
-def channel(store, explorer, qs: list) -> tuple[torch.Tensor, torch.Tensor]:
-    """Centred sparse scores and the pooled cosine ``(Q, M)`` of questions ``qs`` over ``store``."""
+def held_out_rows(store, explorer, n: int, alpha: float) -> dict:
+    """The centred channel alone, fused at the dev-fitted ``alpha`` and at SmolLM2's α on the seed-0 draw of ``n``
+    New-Wiki questions (the draw ``eval retrieval --corpus new_wiki --sample n`` scores), and fused against alone
+    question by question."""
+    _, qs, gold = held_out(n, 0, "new_wiki")
     qt = sparse.query_token_states(explorer.backbone, [q.text for q in qs], explorer.head.config.chunk_layer)
-    local = torch.cat([sparse.sparse_scores(qt[s : s + 128], store.token_parts, mean=store.token_mean())
-                       for s in range(0, len(qt), 128)])
-    return local, sparse.pooled_scores(qt, store.chunk_means())
-
-
-def held_out_rows(store, explorer, corpus: list, n: int, alpha: float) -> dict:
-    """The centred channel alone, fused at the dev-fitted ``alpha`` and at the shipped α on the seed-0 draw of
-    ``n`` questions (the draw ``eval retrieval --sample n`` scores), and fused against alone question by question."""
-    qs = sample_questions(n, 0)[1]
-    where = {p.id: i for i, p in enumerate(corpus)}
-    gold = [{where[q.passage_id]} for q in qs]
-    local, pooled = channel(store, explorer, qs)
+    local, pooled = local_scores(store, qt, store.token_mean()), sparse.pooled_scores(qt, store.chunk_means())
     variants = {"alone": local, f"fused, α = {alpha} (dev)": sparse.fuse(local, pooled, alpha),
                 f"fused, α = {sparse.ALPHA} (SmolLM2's, which every model used before)":
                     sparse.fuse(local, pooled, sparse.ALPHA)}
-    ranks = {name: gold_ranks(v, gold) for name, v in variants.items()}
+    ranks = {name: gold_ranks(top(v, 100), gold) for name, v in variants.items()}
     return {"questions": len(qs), "rows": {name: row(v, gold) for name, v in variants.items()},
             "paired_vs_alone": {name: {f"R@{k}": paired(r, ranks["alone"], k) for k in (1, 10)}
                                 for name, r in ranks.items() if name != "alone"}}
@@ -118,18 +107,18 @@ def fit(dev: int, model: str | None = None, head: str | None = None, test: int =
     from unreal_demo.pipeline import Explorer
 
     t0 = time.time()
-    explorer = Explorer.load(model, head=head, require_head=True) if model else Explorer.load(require_head=True)
+    explorer = Explorer.load(model or DEFAULT_MODEL, head=head, require_head=True)
     corpus, qs = dev_questions(dev)
     where = {p.id: i for i, p in enumerate(corpus)}
     gold = [{where[q.passage_id]} for q in qs]
     store = corpus_store([p.text for p in corpus], explorer, keep_tokens=True)
-    parts, layer = store.token_parts, explorer.head.config.chunk_layer
+    layer = explorer.head.config.chunk_layer
     qt = sparse.query_token_states(explorer.backbone, [q.text for q in qs], layer)
     pooled = sparse.pooled_scores(qt, store.chunk_means())
     mean = store.token_mean()
     rows, best = {"pooled cosine alone": row(pooled, gold)}, {}
     for name, mu in (("raw", None), ("centred", mean)):
-        local = torch.cat([sparse.sparse_scores(qt[s : s + 128], parts, mean=mu) for s in range(0, len(qt), 128)])
+        local = local_scores(store, qt, mu)
         grid = {a: row(sparse.fuse(local, pooled, a), gold) for a in ALPHAS}
         rows[f"{name} alone"] = grid[0.0]
         rows[f"{name} + pooled, α = 0.5 (shipped)"] = grid[0.5]
@@ -147,7 +136,7 @@ def fit(dev: int, model: str | None = None, head: str | None = None, test: int =
                        + (f" --test {test} --model {model} --head {head}" if model else ""),
             "head": explorer.head_source, "chunk_layer": layer, "k": sparse.K,
             "rows": rows, "best": best,
-            **({"test": held_out_rows(store, explorer, corpus, test, best["centred"]["alpha"])} if test else {}),
+            **({"test": held_out_rows(store, explorer, test, best["centred"]["alpha"])} if test else {}),
             "seconds": round(time.time() - t0, 1), "provenance": provenance(explorer)}
 
 
