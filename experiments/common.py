@@ -10,6 +10,7 @@ import argparse
 import functools
 import json
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch
@@ -20,10 +21,29 @@ from unreal_demo.core.maxsim import normalize_chunks
 from unreal_demo.core.minilm import embed
 from unreal_demo.core.state_training import recall_from_scores
 from unreal_demo.errors import UserError
+from unreal_demo.evaluation.retrieval import mcnemar_p
 from unreal_demo.settings import cache_dir
 from unreal_demo.training.sets import bm25_within
 
 RECORDS = Path(__file__).resolve().parent / "records"
+
+
+def paired(a: Sequence[int | None], b: Sequence[int | None], k: int) -> dict:
+    """R@k of two rank lists over the same questions, compared question by question: how many only ``a`` / only
+    ``b`` finds within ``k``, and :func:`unreal_demo.evaluation.retrieval.mcnemar_p` of that split.
+
+    >>> paired([1, 3, None, 1], [2, 1, 1, None], 1)
+    {'k': 1, 'a': 0.5, 'b': 0.5, 'a_only': 2, 'b_only': 2, 'p': 1.0}
+    """
+    if len(a) != len(b):
+        raise ValueError(f"paired ranks need the same questions ({len(a)} against {len(b)})")
+    hit_a = [r is not None and r <= k for r in a]
+    hit_b = [r is not None and r <= k for r in b]
+    a_only = sum(x and not y for x, y in zip(hit_a, hit_b, strict=True))
+    b_only = sum(y and not x for x, y in zip(hit_a, hit_b, strict=True))
+    n = max(1, len(a))
+    return {"k": k, "a": round(sum(hit_a) / n, 4), "b": round(sum(hit_b) / n, 4), "a_only": a_only,
+            "b_only": b_only, "p": mcnemar_p(a_only, b_only)}
 
 
 def record(experiment: str, name: str) -> str:

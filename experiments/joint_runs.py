@@ -20,10 +20,14 @@ adopted: the rest, each for the dev reason RESULTS gives.
 from __future__ import annotations
 
 import argparse
+from collections.abc import Sequence
+from dataclasses import asdict
+
+import torch
 
 from unreal_demo.cli.train import joint_config, joint_flags, joint_widen
 from unreal_demo.core.cpu import status_line
-from unreal_demo.core.head import QueryHead, average_heads
+from unreal_demo.core.head import HeadConfig, HeadError, QueryHead
 from unreal_demo.errors import UserError
 from unreal_demo.evaluation.results import write_result
 from unreal_demo.settings import DEFAULT_HEADS, DEFAULT_MODEL, cache_dir, display_path
@@ -42,8 +46,52 @@ RECORDS = ("joint_run.json", "joint_run_c0.json", "joint_run_c0_half.json", "joi
            "fusion_w08_amazon_joint_seed1.json")  # the last: eval retrieval --corpus amazon, the default head at w 0.8
 
 
+def average_heads(heads: Sequence[QueryHead]) -> QueryHead:
+    """The element-wise mean of ``heads``' trained values (a "model soup", Wortsman et al. 2022): fine-tunes of
+    one starting head that differ only in their batches and negatives, averaged into one head.
+
+    Parameters
+    ----------
+    heads
+        Two or more heads whose configurations agree in everything but the fitted fusion weight and provenance.
+
+    Returns
+    -------
+    QueryHead
+        A new head with the mean P, ρ, α (and adapter); its fusion weight is unset (refit it on dev) and its
+        provenance lists the averaged heads' digests.
+
+    Raises
+    ------
+    HeadError
+        Fewer than two heads, or heads of different shapes or settings.
+
+    Example
+    -------
+    >>> config = dict(model="m", hidden_size=4, n_layers=2, chunk_layer=1, n_ret=4, n_groups=2)
+    >>> a, b = QueryHead(HeadConfig(**config)), QueryHead(HeadConfig(**config), seed=1)
+    >>> torch.allclose(average_heads([a, b]).rho, (a.rho + b.rho) / 2)
+    True
+    """
+    if len(heads) < 2:
+        raise HeadError("averaging needs at least two heads")
+
+    def setting(h: QueryHead) -> dict:
+        return asdict(h.config) | {"fusion_weight": None, "provenance": {}}
+
+    first = setting(heads[0])
+    for h in heads[1:]:
+        differ = sorted(k for k, v in setting(h).items() if v != first[k])
+        if differ:
+            raise HeadError(f"heads differ in {', '.join(differ)}: only fine-tunes of one head can be averaged")
+    out = QueryHead(HeadConfig(**first | {"provenance": {"average of": [h.digest() for h in heads]}}))
+    states = [h.state_dict() for h in heads]
+    out.load_state_dict({k: torch.stack([s[k].float() for s in states]).mean(0) for k in states[0]})
+    return out
+
+
 def run_average(head_paths: list[str], out: str | None = None, save: str | None = None, dev: str = "judged") -> dict:
-    """Average fine-tunes of one head (:func:`core.head.average_heads`, e.g. the joint recipe run with two seeds)
+    """Average fine-tunes of one head (:func:`average_heads`, e.g. the joint recipe run with two seeds)
     and score the average next to each of them as :func:`run_joint` scores its rows (the dev sets, labelled by the
     ``dpr`` rule or judged by reading, and the New-Wiki test over the whole index); ``save`` receives the average
     with its fusion weight refitted on dev, ``out`` the result JSON."""

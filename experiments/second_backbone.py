@@ -50,8 +50,9 @@ from pathlib import Path
 
 from unreal_demo.data.sources import load_squad
 from unreal_demo.evaluation.metrics import contained
-from unreal_demo.evaluation.retrieval import paired
 from unreal_demo.settings import PRECOMPUTED, REPO
+
+from .common import paired
 
 RECORDS = Path(__file__).resolve().parent / "records" / "second_backbone"
 SMOLLM2_QA = PRECOMPUTED / "qa.json"
@@ -67,7 +68,7 @@ def answers_contained(record: dict) -> dict[str, dict[str, bool]]:
 
 def paired_qa(a: dict[str, bool], b: dict[str, bool]) -> dict:
     """Contained rates of two answer sets on the questions both answered, the only-one splits and McNemar's p
-    (:func:`unreal_demo.evaluation.retrieval.paired` at k = 1, a contained answer counting as a hit)."""
+    (:func:`common.paired` at k = 1, a contained answer counting as a hit)."""
     ids = sorted(set(a) & set(b))
     split = paired([1 if a[i] else None for i in ids], [1 if b[i] else None for i in ids], 1)
     return {"questions": len(ids)} | {k: v for k, v in split.items() if k != "k"}
@@ -121,7 +122,7 @@ PAIRS = [(("qwen", "unreal"), ("qwen", "bm25")), (("qwen", "unreal"), ("qwen", "
 
 def retrieval_side_by_side(records: dict[str, dict], pairs=PAIRS) -> dict:
     """R@1 / R@10 of every (record, method) and the paired splits of ``pairs`` (McNemar at k = 1 and 10,
-    :func:`unreal_demo.evaluation.retrieval.paired`); records must hold the same questions in the same order.
+    :func:`common.paired`); records must hold the same questions in the same order.
 
     >>> r = {"a": {"questions": ["q1", "q2"], "ranks": {"unreal": [1, 4]}},
     ...      "b": {"questions": ["q1", "q2"], "ranks": {"bm25": [2, 1]}}}

@@ -38,11 +38,11 @@ import torch
 from unreal_demo.data.sources import load_squad
 from unreal_demo.errors import UserError
 from unreal_demo.evaluation.results import provenance
-from unreal_demo.evaluation.retrieval import corpus_store, gold_ranks, held_out, metrics, paired, sample_questions, top
+from unreal_demo.evaluation.retrieval import corpus_store, gold_ranks, held_out, metrics, sample_questions, top
 from unreal_demo.retrieval import sparse
 from unreal_demo.settings import DEFAULT_MODEL
 
-from .common import run_main
+from .common import paired, run_main
 
 FOLDER = Path(__file__).resolve().parent / "records" / "token_channel"
 RECORDS = ("fusion_dev.json", "new_wiki_200.json", "fusion_dev_qwen2.5-0.5b.json",

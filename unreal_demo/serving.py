@@ -290,10 +290,6 @@ class Models:
         name = self.chosen(session)
         return self.first if name == self.first.model else self.loading(name)
 
-    def forget(self, session: str | None) -> None:
-        with self._lock:
-            self._chosen.pop(session, None)
-
 
 CLOSED = ("this server searches its own indexes only: opening an index folder or Qdrant store is off "
           "(UNREAL_OPEN_STORES=1 turns it on)")

@@ -358,50 +358,6 @@ class QueryHead(nn.Module):
         return head
 
 
-def average_heads(heads: Sequence[QueryHead]) -> QueryHead:
-    """The element-wise mean of ``heads``' trained values (a "model soup", Wortsman et al. 2022): fine-tunes of
-    one starting head that differ only in their batches and negatives, averaged into one head.
-
-    Parameters
-    ----------
-    heads
-        Two or more heads whose configurations agree in everything but the fitted fusion weight and provenance.
-
-    Returns
-    -------
-    QueryHead
-        A new head with the mean P, ρ, α (and adapter); its fusion weight is unset (refit it on dev) and its
-        provenance lists the averaged heads' digests.
-
-    Raises
-    ------
-    HeadError
-        Fewer than two heads, or heads of different shapes or settings.
-
-    Example
-    -------
-    >>> config = dict(model="m", hidden_size=4, n_layers=2, chunk_layer=1, n_ret=4, n_groups=2)
-    >>> a, b = QueryHead(HeadConfig(**config)), QueryHead(HeadConfig(**config), seed=1)
-    >>> torch.allclose(average_heads([a, b]).rho, (a.rho + b.rho) / 2)
-    True
-    """
-    if len(heads) < 2:
-        raise HeadError("averaging needs at least two heads")
-
-    def setting(h: QueryHead) -> dict:
-        return asdict(h.config) | {"fusion_weight": None, "provenance": {}}
-
-    first = setting(heads[0])
-    for h in heads[1:]:
-        differ = sorted(k for k, v in setting(h).items() if v != first[k])
-        if differ:
-            raise HeadError(f"heads differ in {', '.join(differ)}: only fine-tunes of one head can be averaged")
-    out = QueryHead(HeadConfig(**first | {"provenance": {"average of": [h.digest() for h in heads]}}))
-    states = [h.state_dict() for h in heads]
-    out.load_state_dict({k: torch.stack([s[k].float() for s in states]).mean(0) for k in states[0]})
-    return out
-
-
 def _cache_from(backbone: Backbone, prefix_kv: Sequence[torch.Tensor]):
     """A ``DynamicCache`` of a batch from :meth:`QueryHead.prefix_cache` tensors, left-padded with zeros to the
     longest, and its ``(B, T)`` mask (0 on the padding), on the backbone's device and dtype."""

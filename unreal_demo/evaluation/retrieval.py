@@ -109,24 +109,6 @@ def mcnemar_p(a_only: int, b_only: int) -> float:
     return float(f"{min(1.0, 2 * tail):.3g}")
 
 
-def paired(a: Sequence[int | None], b: Sequence[int | None], k: int) -> dict:
-    """R@k of two rank lists over the same questions, compared question by question: how many only ``a`` / only
-    ``b`` finds within ``k``, and :func:`mcnemar_p` of that split.
-
-    >>> paired([1, 3, None, 1], [2, 1, 1, None], 1)
-    {'k': 1, 'a': 0.5, 'b': 0.5, 'a_only': 2, 'b_only': 2, 'p': 1.0}
-    """
-    if len(a) != len(b):
-        raise ValueError(f"paired ranks need the same questions ({len(a)} against {len(b)})")
-    hit_a = [r is not None and r <= k for r in a]
-    hit_b = [r is not None and r <= k for r in b]
-    a_only = sum(x and not y for x, y in zip(hit_a, hit_b, strict=True))
-    b_only = sum(y and not x for x, y in zip(hit_a, hit_b, strict=True))
-    n = max(1, len(a))
-    return {"k": k, "a": round(sum(hit_a) / n, 4), "b": round(sum(hit_b) / n, 4), "a_only": a_only,
-            "b_only": b_only, "p": mcnemar_p(a_only, b_only)}
-
-
 def metrics(rankings: Sequence[Sequence[int]], gold: Sequence[set[int]]) -> dict:
     row = {f"R@{k}": round(recall_at_k(rankings, gold, k), 4) for k in KS}
     row["MRR@10"] = round(mrr_at_k(rankings, gold, 10), 4)

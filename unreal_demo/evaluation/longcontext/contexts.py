@@ -36,9 +36,6 @@ from ...errors import InputError
 from ...settings import CHUNK_TOKENS
 from ..metrics import normalize_answer
 
-DEFAULT_LENGTHS = (2_000, 4_000, 8_000, 16_000, 32_000, 128_000, 1_000_000)
-DEFAULT_NS = (1, 2, 3, 5, 8, 10, 15, 20, 30)
-
 
 def parse_lengths(text: str) -> list[int]:
     """``"2K,8K,1M"`` → ``[2000, 8000, 1000000]`` (plain integers are taken as tokens).
