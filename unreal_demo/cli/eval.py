@@ -19,7 +19,8 @@ def add(sub: argparse._SubParsersAction) -> None:
     ev.add_argument("--sample", type=int, default=500, help="number of held-out questions")
     ev.add_argument("--methods", default=None, help=f"retrieval: {','.join(retrieval.names('corpus'))} "
                     f"(--corpus index: {','.join(retrieval.names('index'))}); qa: none,oracle,"
-                    f"{','.join(retrieval.names('index'))} (default all)")
+                    f"{','.join(retrieval.names('index'))} (default all but upr, which runs the LLM on 10 chunks a "
+                    "question)")
     ev.add_argument("--k", default="5", help="qa: chunks retrieved per question, a comma list (1,3,5,10)")
     ev.add_argument("--index", default=None, help="qa, retrieval --corpus index: index folder (default: the "
                     "full offline index)")
@@ -66,8 +67,8 @@ def run(args: argparse.Namespace) -> None:
         from ..store import index
         from ..store.qdrant import open_store
 
-        methods = retrieval.check(args.methods.split(",") if args.methods else [*BOUNDS, *retrieval.names("index")],
-                                  "index", BOUNDS)
+        every = [*BOUNDS, *retrieval.names("index", costly=False)]
+        methods = retrieval.check(args.methods.split(",") if args.methods else every, "index", BOUNDS)
         trained = any(retrieval.METHODS[m].trained for m in methods if m in retrieval.METHODS)
         # the bounds, BM25 and dense need no head: any model answers them (a second backbone before its head)
         explorer = Explorer.load(args.model, head=args.head, require_head=trained, dtype=args.dtype)
@@ -86,7 +87,8 @@ def run(args: argparse.Namespace) -> None:
         from ..store import index
         from ..store.qdrant import open_store
 
-        methods = retrieval.check(args.methods.split(",") if args.methods else retrieval.names("index"), "index")
+        every = retrieval.names("index", costly=False)
+        methods = retrieval.check(args.methods.split(",") if args.methods else every, "index")
         trained = any(retrieval.METHODS[m].trained for m in methods if m in retrieval.METHODS)
         # the bounds, BM25 and dense need no head: any model answers them (a second backbone before its head)
         explorer = Explorer.load(args.model, head=args.head, require_head=trained, dtype=args.dtype)
@@ -97,7 +99,8 @@ def run(args: argparse.Namespace) -> None:
         return
     from ..evaluation.retrieval import run_retrieval_eval
 
-    methods = retrieval.check(args.methods.split(",") if args.methods else retrieval.names("corpus"), "corpus")
+    every = retrieval.names("corpus", costly=False)
+    methods = retrieval.check(args.methods.split(",") if args.methods else every, "corpus")
     result = run_retrieval_eval(args.sample, methods, head=args.head, model=args.model,
                                 out=args.out, seed=args.seed, corpus_name=args.corpus)
     if args.json:

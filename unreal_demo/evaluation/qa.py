@@ -164,7 +164,7 @@ def run_qa_eval(explorer, index: Index, sample: int = 100, methods: Sequence[str
                 progress: Callable[[str, int, int], None] | None = None) -> dict:
     """Every method at every k on the same questions (the bounds once; default the bounds and every index
     retriever); the summary table as a dict."""
-    methods = check(methods or [*BOUNDS, *names("index")], "index", BOUNDS)
+    methods = check(methods or [*BOUNDS, *names("index", costly=False)], "index", BOUNDS)
     if not ks or min(ks) < 1:
         raise UserError(f"k must be at least 1 (got {', '.join(map(str, ks)) or 'none'})")
     if any("keys" in RETRIEVERS[m].needs for m in methods if m in RETRIEVERS):  # BM25, dense and the bounds

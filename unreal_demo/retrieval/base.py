@@ -80,6 +80,7 @@ class Retriever(ABC):
     composed : whether it composes other retrievers (the hybrids).
     trained : whether its ranking depends on the trained head's weights (ρ, α, the adapter), so that another head
         gives other results; the untrained and sparse methods read only the backbone at ℓc.
+    costly : whether it runs the whole LLM per question and chunk (UPR), so that no evaluation runs it by default.
     """
 
     name: str
@@ -91,6 +92,7 @@ class Retriever(ABC):
     ranks: bool = True
     composed: bool = False
     trained: bool = False
+    costly: bool = False
 
     @abstractmethod
     def search(self, store: Any, queries: Sequence[str], k: int, query_model: QueryModel | None = None,

@@ -31,6 +31,7 @@ from .hybrid import HybridFusion, HybridRRF
 from .sparse import SparseRetriever
 from .unreal import UnrealRetriever, context_of
 from .untrained import UntrainedRetriever
+from .upr import UPRRerank
 
 __all__ = ["ALIASES", "METHODS", "Retrieval", "RetrievalError", "all_scores", "canonical", "check",
            "context_of", "help_text", "names", "retrieve", "unsupported"]
@@ -44,6 +45,7 @@ METHODS: dict[str, Retriever] = {r.name: r for r in [
     HybridRRF(_UNREAL, _BM25),
     HybridFusion(_UNREAL, _BM25),
     UntrainedRetriever(),
+    UPRRerank(_UNREAL),
     FullContext(),
 ]}
 ALIASES = {"hybrid": "hybrid-rrf", "hybrid_rrf": "hybrid-rrf", "hybrid_fused": "hybrid-fusion"}
@@ -54,10 +56,12 @@ def canonical(name: str) -> str:
     return ALIASES.get(name, name)
 
 
-def names(scope: str, single: bool = False) -> list[str]:
+def names(scope: str, single: bool = False, costly: bool = True) -> list[str]:
     """Method names available in ``scope`` (``document``, ``corpus`` or ``index``), registry order; with ``single``
-    only those that rank chunks on their own (no hybrid, no full context)."""
-    return [m.name for m in METHODS.values() if scope in m.scopes and (not single or (m.ranks and not m.composed))]
+    only those that rank chunks on their own (no hybrid, no full context); without ``costly``, not those that run
+    the whole LLM per chunk (UPR: an evaluation's default methods)."""
+    return [m.name for m in METHODS.values() if scope in m.scopes and (not single or (m.ranks and not m.composed))
+            and (costly or not m.costly)]
 
 
 def help_text(scope: str) -> str:
