@@ -30,6 +30,24 @@ Commands (in order; each writes a record under ``experiments/records/second_back
         --out experiments/records/second_backbone/qa_new_wiki_index_qwen2.5-0.5b.json
     python -m unreal_demo eval qa --methods unreal,bm25 --k 1,3,5 --sample 100 --index DIR_S \
         --out experiments/records/second_backbone/qa_new_wiki_index_smollm2-135m.json
+    python -m unreal_demo eval retrieval --corpus amazon --sample 1000 --model qwen2.5-0.5b \\
+        --head precomputed/heads/qwen2.5-0.5b/head.json --methods unreal,bm25,dense,sparse,hybrid-rrf,hybrid-fusion \\
+        --out precomputed/eval_retrieval_amazon_qwen2.5-0.5b.json  # the About tab shows it with Qwen's head
+    python -m unreal_demo eval retrieval --corpus amazon --sample 1000 --dtype fp32 \\
+        --head precomputed/heads/smollm2-135m-mix-joint-seed1/head.json \\
+        --methods unreal,sparse,hybrid-rrf,hybrid-fusion \\
+        --out experiments/records/second_backbone/eval_amazon_smollm2-135m-mix-joint-seed1.json
+    python -m unreal_demo bench longcontext --evidence-only --sample 100 --lengths 2K --n 1,3,5,10 \\
+        --methods unreal,bm25 --distractors same-topic --model qwen2.5-0.5b \\
+        --head precomputed/heads/qwen2.5-0.5b/head.json \\
+        --out experiments/records/second_backbone/longcontext_same_topic_evidence_qwen2.5-0.5b.json
+    python -m unreal_demo bench longcontext --evidence-only --sample 100 --lengths 2K --n 1,3,5,10 \\
+        --methods unreal,bm25 --distractors same-topic --dtype fp32 \\
+        --out experiments/records/second_backbone/longcontext_same_topic_evidence_smollm2-135m-mix-joint-seed1.json
+    python -m unreal_demo eval retrieval --corpus new_wiki --sample 100 --methods unreal,upr [--dtype fp32 \\
+        --head precomputed/heads/smollm2-135m-mix-joint-seed1/head.json | --model qwen2.5-0.5b \\
+        --head precomputed/heads/qwen2.5-0.5b/head.json] \\
+        --out experiments/records/second_backbone/upr_new_wiki_<head>.json
     python -m experiments second-backbone                       # the side-by-side table: side_by_side.json
     python -m experiments second-backbone --bf16-keys 48        # bf16 against fp32 pooled keys: bf16_keys_<model>.json
 
@@ -143,6 +161,55 @@ def retrieval_side_by_side(records: dict[str, dict], pairs=PAIRS) -> dict:
     return {"rows": rows, "pairs": out}
 
 
+# The same 1,000 Amazon questions over its 2,050 reviews (out of domain: neither head saw a review).
+AMAZON = {"qwen": PRECOMPUTED / "eval_retrieval_amazon_qwen2.5-0.5b.json",
+          "smollm2-default": RECORDS / "eval_amazon_smollm2-135m-mix-joint-seed1.json"}
+
+# UPR (``upr``: UNREAL's top 10 re-read by the same LLM) beside UNREAL on the same 100 New-Wiki questions.
+UPR = {"qwen": RECORDS / "upr_new_wiki_qwen2.5-0.5b.json",
+       "smollm2-default": RECORDS / "upr_new_wiki_smollm2-135m-mix-joint-seed1.json"}
+UPR_PAIRS = [(("qwen", "upr"), ("qwen", "unreal")), (("smollm2-default", "upr"), ("smollm2-default", "unreal")),
+             (("qwen", "upr"), ("smollm2-default", "upr"))]
+
+# Evidence recall on same-topic 2K contexts (``bench longcontext --evidence-only --distractors same-topic``), the
+# same 100 seeded New-Wiki questions; each backbone chunks the context with its own tokenizer.
+LONG_CONTEXT = {"qwen": RECORDS / "longcontext_same_topic_evidence_qwen2.5-0.5b.json",
+                "smollm2-default": RECORDS / "longcontext_same_topic_evidence_smollm2-135m-mix-joint-seed1.json"}
+LONG_PAIRS = [(("qwen", "unreal"), ("qwen", "bm25")), (("smollm2-default", "unreal"), ("smollm2-default", "bm25")),
+              (("qwen", "unreal"), ("smollm2-default", "unreal"))]
+
+
+def evidence_side_by_side(records: dict[str, dict], pairs=LONG_PAIRS) -> list[dict]:
+    """Evidence recall@n of every (record, method, length) and, for ``pairs``, the questions whose gold chunk only
+    one side selected within n and McNemar's p (:func:`common.paired`, a selected gold chunk counting as rank 1).
+
+    >>> rows = lambda method, found: [{"id": i, "length": 2000, "method": method, "found": f}
+    ...                               for i, f in zip("abc", found)]
+    >>> r = {"q": {"ns": [1, 3], "rows": rows("unreal", ["01", "11", "00"])},
+    ...      "s": {"ns": [1, 3], "rows": rows("unreal", ["00", "01", "01"])}}
+    >>> [(x["n"], x["paired"]["a_only"], x["paired"]["b_only"])
+    ...  for x in evidence_side_by_side(r, [(("q", "unreal"), ("s", "unreal"))])]
+    [(1, 1, 0), (3, 1, 1)]
+    """
+    found = {(name, row["method"], row["length"], row["id"]): row["found"]
+             for name, r in records.items() for row in r["rows"]}
+    out = []
+    for (na, ma), (nb, mb) in pairs:
+        if na not in records or nb not in records:
+            continue
+        ns = records[na]["ns"]
+        if records[nb]["ns"] != ns:
+            raise ValueError(f"{na} and {nb} selected at different n: {ns} against {records[nb]['ns']}")
+        for length in sorted({k[2] for k in found if k[:2] == (na, ma)}):
+            ids = sorted(k[3] for k in found if k[:3] == (na, ma, length) and (nb, mb, length, k[3]) in found)
+            for i, n in enumerate(ns):
+                a = [1 if found[(na, ma, length, q)][i] == "1" else None for q in ids]
+                b = [1 if found[(nb, mb, length, q)][i] == "1" else None for q in ids]
+                out.append({"a": f"{na}:{ma}", "b": f"{nb}:{mb}", "length": length, "n": n, "questions": len(ids),
+                            "paired": {k: v for k, v in paired(a, b, 1).items() if k != "k"}})
+    return out
+
+
 def bf16_keys(model: str, n: int, layer: int) -> dict:
     """Pooled keys (Eq. 1) of ``n`` SQuAD-dev dev paragraphs at ℓc = ``layer``, encoded in fp32 and through the
     bf16 encoding view (:meth:`Backbone.encoder`): cosine per pooled vector, and each dtype's seconds."""
@@ -183,17 +250,24 @@ def main(argv: list[str] | None = None) -> int:
         print(record)
         return 0
     qwen = json.loads(Path(args.qa).read_text())
-    evals = {name: path for name, path in NEW_WIKI.items() if path.exists()}
-    own = {name: path for name, path in OWN_QA.items() if path.exists()}
+    evals, amazon, upr, long_context, own = ({name: path for name, path in paths.items() if path.exists()}
+                                             for paths in (NEW_WIKI, AMAZON, UPR, LONG_CONTEXT, OWN_QA))
+    read = lambda paths: {n: json.loads(f.read_text()) for n, f in paths.items()}  # noqa: E731
     table = {"qa": qa_side_by_side(qwen, json.loads(SMOLLM2_QA.read_text())),
              "qa_own_selection": own_selection_qa({n: json.loads(f.read_text()) for n, f in own.items()}),
-             "new_wiki": retrieval_side_by_side({n: json.loads(f.read_text()) for n, f in evals.items()}),
+             "new_wiki": retrieval_side_by_side(read(evals)),
+             "amazon": retrieval_side_by_side(read(amazon)),
+             "upr": retrieval_side_by_side(read(upr), UPR_PAIRS),
+             "long_context_evidence": evidence_side_by_side(read(long_context)),
              "sources": {"qwen_qa": str(Path(args.qa).resolve().relative_to(REPO)),
                          "smollm2_qa": str(SMOLLM2_QA.relative_to(REPO)),
-                         **{f"new_wiki_{n}": str(f.relative_to(REPO)) for n, f in evals.items()},
-                         **{f"qa_own_selection_{n}": str(f.relative_to(REPO)) for n, f in own.items()}},
+                         **{f"{kind}_{n}": str(f.relative_to(REPO)) for kind, paths in
+                            (("new_wiki", evals), ("amazon", amazon), ("upr", upr), ("long_context", long_context),
+                             ("qa_own_selection", own)) for n, f in paths.items()}},
              "command": "python -m experiments second-backbone"}
     Path(args.out).write_text(json.dumps(table, indent=1) + "\n")
-    for row in table["qa"] + table["qa_own_selection"] + table["new_wiki"]["rows"] + table["new_wiki"]["pairs"]:
+    for row in (table["qa"] + table["qa_own_selection"] + table["new_wiki"]["rows"] + table["new_wiki"]["pairs"]
+                + table["amazon"]["rows"] + table["amazon"]["pairs"] + table["upr"]["rows"] + table["upr"]["pairs"]
+                + table["long_context_evidence"]):
         print(row)
     return 0
