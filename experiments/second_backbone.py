@@ -44,7 +44,7 @@ Commands (in order; each writes a record under ``experiments/records/second_back
     python -m unreal_demo bench longcontext --evidence-only --sample 100 --lengths 2K --n 1,3,5,10 \\
         --methods unreal,bm25 --distractors same-topic --dtype fp32 \\
         --out experiments/records/second_backbone/longcontext_same_topic_evidence_smollm2-135m-mix-joint-seed1.json
-    python -m unreal_demo eval retrieval --corpus new_wiki --sample 100 --methods unreal,upr [--dtype fp32 \\
+    python -m unreal_demo eval retrieval --corpus new_wiki --sample 100 --methods unreal,upr [ \\
         --head precomputed/heads/smollm2-135m-mix-joint-seed1/head.json | --model qwen2.5-0.5b \\
         --head precomputed/heads/qwen2.5-0.5b/head.json] \\
         --out experiments/records/second_backbone/upr_new_wiki_<head>.json
@@ -131,7 +131,8 @@ NEW_WIKI = {"qwen": PRECOMPUTED / "eval_retrieval_new_wiki_qwen2.5-0.5b.json",
 PAIRS = [(("qwen", "unreal"), ("qwen", "bm25")), (("qwen", "unreal"), ("qwen", "dense")),
          (("qwen", "hybrid-rrf"), ("qwen", "bm25")), (("qwen", "sparse"), ("qwen", "bm25")),
          (("qwen", "unreal"), ("smollm2", "unreal")), (("qwen", "unreal"), ("smollm2-default", "unreal")),
-         (("qwen", "sparse"), ("smollm2", "sparse")), (("qwen", "hybrid-rrf"), ("smollm2", "hybrid-rrf")),
+         (("qwen", "sparse"), ("smollm2", "sparse")), (("qwen", "sparse"), ("smollm2-default", "sparse")),
+         (("qwen", "hybrid-rrf"), ("smollm2", "hybrid-rrf")),
          (("qwen", "hybrid-rrf"), ("smollm2-default", "hybrid-rrf")),
          (("smollm2", "unreal"), ("qwen", "bm25")), (("smollm2-default", "unreal"), ("qwen", "bm25")),
          (("qwen", "hybrid-fusion"), ("qwen", "bm25")), (("smollm2-default", "hybrid-fusion"), ("qwen", "bm25")),

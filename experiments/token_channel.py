@@ -16,7 +16,7 @@ Commands::
 Records (:data:`RECORDS`, ``experiments/records/token_channel/``): ``fusion_dev.json`` (the dev fit: R@1 / R@10 /
 MRR@10 of each variant, the α chosen), ``fusion_dev_<model>.json`` (1b: the same for another backbone, with the test
 draw's rows and the fused channel paired against the channel alone) and ``new_wiki_200.json`` (each method's row
-before and after, and :func:`unreal_demo.evaluation.retrieval.paired` of sparse after against sparse before at
+before and after, and :func:`common.paired` of sparse after against sparse before at
 k = 1 and 10, with McNemar's p). Reported in docs/RESULTS.md, "How well does it retrieve".
 
 The dev split is New-Wiki questions outside every seed-0 draw the evaluations make (200, 500, 1,000 and 2,000
