@@ -37,7 +37,7 @@ from ..wiring import RUNS, Once, Ready, Run, Stopped, stepped
 
 HIT_COLUMNS = ["rank", "title", "score", "BM25 rank", "passage"]
 METHOD_INFO = ("unreal: the trained head (MaxSim); bm25: word matching; dense: sentence vectors; sparse: token "
-               "states; hybrid: UNREAL and BM25 merged")
+               "states; hybrid: UNREAL and BM25 merged; upr: UNREAL's top 10 re-read by the LLM (slow)")
 EXAMPLE_QUERIES = {  # held-out questions whose gold passage is in the index ("all"), and one SQuAD dev question
     "Tesla: year he moved to the US": "In what year did Tesla move to the United States?",
     "US flag: fringe first used": "When did the Army first use fringe on a flag?",
