@@ -33,7 +33,7 @@ Commands (in order; each writes a record under ``experiments/records/second_back
     python -m unreal_demo eval retrieval --corpus amazon --sample 1000 --model qwen2.5-0.5b \\
         --head precomputed/heads/qwen2.5-0.5b/head.json --methods unreal,bm25,dense,sparse,hybrid-rrf,hybrid-fusion \\
         --out precomputed/eval_retrieval_amazon_qwen2.5-0.5b.json  # the About tab shows it with Qwen's head
-    python -m unreal_demo eval retrieval --corpus amazon --sample 1000 --dtype fp32 \\
+    python -m unreal_demo eval retrieval --corpus amazon --sample 1000 \\
         --head precomputed/heads/smollm2-135m-mix-joint-seed1/head.json \\
         --methods unreal,sparse,hybrid-rrf,hybrid-fusion \\
         --out experiments/records/second_backbone/eval_amazon_smollm2-135m-mix-joint-seed1.json

@@ -242,3 +242,19 @@ def test_qdrant_export_search_add_delete(tmp_path, capsys, folder):
     assert titles("--method", "bm25")[0] == "Zebra"
     assert _json_out(capsys, ["index", "delete", "--store", store, "--ids", "z", *model])["deleted_chunks"] == 1
     assert "Zebra" not in titles("--method", "bm25")
+
+
+def test_eval_retrieval_passes_dtype_on(monkeypatch, capsys):
+    """``eval retrieval --dtype`` reaches the model loading (it was once dropped on the corpus path)."""
+    import unreal_demo.evaluation.retrieval as ev
+
+    got = {}
+
+    def fake(sample, methods, **kw):
+        got.update(kw)
+        return {"markdown": "ok"}
+
+    monkeypatch.setattr(ev, "run_retrieval_eval", fake)
+    assert main(["eval", "retrieval", "--corpus", "amazon", "--sample", "3", "--methods", "bm25",
+                 "--dtype", "fp32"]) == 0
+    assert got["dtype"] == "fp32" and got["corpus_name"] == "amazon"

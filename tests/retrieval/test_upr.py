@@ -54,3 +54,12 @@ def test_offered_where_asked_never_by_default():
     assert "upr" in names("index") and "upr" in names("corpus")
     assert "upr" not in names("corpus", costly=False) and "upr" not in names("index", costly=False)
     assert check(["unreal", "upr"], "corpus") == ["unreal", "upr"]
+
+
+def test_an_empty_question_is_refused(tiny):
+    import pytest
+
+    from unreal_demo.errors import InputError
+
+    with pytest.raises(InputError, match="at least one token"):
+        question_logprob(tiny, PASSAGES, "   ")

@@ -102,7 +102,7 @@ def run(args: argparse.Namespace) -> None:
     every = retrieval.names("corpus", costly=False)
     methods = retrieval.check(args.methods.split(",") if args.methods else every, "corpus")
     result = run_retrieval_eval(args.sample, methods, head=args.head, model=args.model,
-                                out=args.out, seed=args.seed, corpus_name=args.corpus)
+                                out=args.out, seed=args.seed, corpus_name=args.corpus, dtype=args.dtype)
     if args.json:
         print(json.dumps(result))
     else:

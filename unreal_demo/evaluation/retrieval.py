@@ -212,14 +212,15 @@ def sample_questions(sample: int, seed: int) -> tuple[list[Passage], list]:
 
 def run_retrieval_eval(sample: int = 500, methods: Sequence[str] = ("bm25", "dense", "untrained", "unreal"),
                        head: str | None = None, model: str = DEFAULT_MODEL, out: str | None = None,
-                       seed: int = 0, corpus_name: str = "full") -> dict:
-    """Held-out retrieval for each method; returns (and optionally writes) the result table."""
+                       seed: int = 0, corpus_name: str = "full", dtype: str | None = None) -> dict:
+    """Held-out retrieval for each method; returns (and optionally writes) the result table. ``dtype``: the
+    encoding dtype (:func:`core.backbone.load_backbone`; None: the device's choice)."""
     from ..pipeline import Explorer
 
     methods = check(methods, "corpus")
     if corpus_name not in CORPORA:
         raise UserError(f"unknown corpus {corpus_name!r}; use {' or '.join(CORPORA)}")
-    explorer = Explorer.load(model, head, require_head=True)
+    explorer = Explorer.load(model, head, require_head=True, dtype=dtype)
     corpus, qs, gold = held_out(sample, seed, corpus_name)
     store = corpus_store([p.text for p in corpus], explorer, keep_tokens="sparse" in methods)
     texts = [q.text for q in qs]

@@ -13,11 +13,13 @@ from typing import Any
 import torch
 
 from ..core.backbone import Backbone
+from ..errors import InputError
 from .base import QueryModel, Retrieval, Retriever, timed
 from .unreal import UnrealRetriever
 
 DEPTH = 10  # UNREAL's top chunks the LLM re-reads per question
 PASSAGE_TOKENS = 512  # a longer chunk is cut to its first 512 tokens before it is re-read
+QUESTION_TOKENS = 128  # and a question to its first 128 (the prompt stays inside any model's window)
 INSTRUCTION = "Please write a question based on this passage."  # UPR's question-generation prompt
 
 
@@ -51,7 +53,9 @@ def question_logprob(backbone: Backbone, passages: Sequence[str], question: str)
     (torch.Size([2]), True, True)
     """
     tok = backbone.tokenizer
-    q = tok(" " + question.strip(), add_special_tokens=False)["input_ids"]
+    q = tok(" " + question.strip(), add_special_tokens=False)["input_ids"][:QUESTION_TOKENS]
+    if not question.strip() or not q:
+        raise InputError("UPR needs a question with at least one token")
     rows = [prompt_ids(backbone, p) for p in passages]
     width = max(len(r) for r in rows) + len(q)
     ids = torch.full((len(rows), width), backbone.pad_id, dtype=torch.long)  # (P, T), right-padded
@@ -59,17 +63,22 @@ def question_logprob(backbone: Backbone, passages: Sequence[str], question: str)
     for i, r in enumerate(rows):
         ids[i, : len(r) + len(q)] = torch.tensor(r + q)
         mask[i, : len(r) + len(q)] = 1
-    hidden = backbone.base(input_ids=ids.to(backbone.device), attention_mask=mask.to(backbone.device)
-                           ).last_hidden_state  # (P, T, d)
+    hidden = backbone.base(input_ids=ids.to(backbone.device), attention_mask=mask.to(backbone.device),
+                           use_cache=False).last_hidden_state  # (P, T, d)
     at = torch.tensor([[len(r) - 1 + j for j in range(len(q))] for r in rows])  # (P, |q|): positions predicting q
     states = hidden.gather(1, at.to(hidden.device)[..., None].expand(-1, -1, hidden.shape[-1]))  # (P, |q|, d)
-    logp = backbone.model.get_output_embeddings()(states).float().log_softmax(-1)  # (P, |q|, V)
-    target = torch.tensor(q, device=logp.device)[None, :, None].expand(len(rows), -1, 1)  # (P, |q|, 1)
-    return logp.gather(2, target)[..., 0].mean(1).cpu()  # (P,)
+    head = backbone.model.get_output_embeddings()
+    logits = torch.nn.functional.linear(states.float(), head.weight.float(),
+                                        None if head.bias is None else head.bias.float())  # (P, |q|, V) in fp32
+    target = torch.tensor(q, device=logits.device)[None, :, None].expand(len(rows), -1, 1)  # (P, |q|, 1)
+    logp = logits.gather(2, target)[..., 0] - logits.logsumexp(-1)  # (P, |q|): log P of each question token
+    return logp.mean(1).cpu()  # (P,)
 
 
 class UPRRerank(Retriever):
-    """UNREAL's top :data:`DEPTH`, re-ordered by the LLM's mean log P(question | chunk) (UPR)."""
+    """UNREAL's top :data:`DEPTH`, re-ordered by the LLM's mean log P(question | chunk) (UPR). Its scores are those
+    log-probabilities; every chunk below the top :data:`DEPTH` gets one score under all of them (their order is
+    UNREAL's, their MaxSim scores are in another unit)."""
 
     name, label = "upr", "UNREAL top 10, re-read by the LLM (UPR)"
     help = "UNREAL's top 10 re-ordered by the LLM's mean log P(question | chunk) (UPR; 10 LLM passes a question)"
@@ -82,9 +91,11 @@ class UPRRerank(Retriever):
     def search(self, store: Any, queries: Sequence[str], k: int, query_model: QueryModel | None = None,
                fusion_weight: float | None = None, vectors: torch.Tensor | None = None) -> Retrieval:
         timings: dict[str, float] = {}
-        _, ids, q, _, b_scores = self.unreal.top(store, query_model, queries, max(k, DEPTH), timings, vectors=vectors)
+        scores, ids, q, _, b_scores = self.unreal.top(store, query_model, queries, max(k, DEPTH), timings,
+                                                      vectors=vectors)
         texts, out_ids, out_scores = store.texts, [], []
-        for row, question in zip(ids.tolist(), queries, strict=True):
+        for found, row, question in zip(scores.tolist(), ids.tolist(), queries, strict=True):
+            row = [i for i, s in zip(row, found, strict=True) if s > float("-inf")]  # a store's padding left out
             top = row[:DEPTH]
             lp = timed(timings, "rerank", lambda top=top, question=question:
                        question_logprob(query_model.backbone, [texts[i] for i in top], question))

@@ -16,7 +16,7 @@ from ..pipeline import Ranking
 from ..retrieval.registry import canonical
 
 ACCENT, MUTED = "#e4572e", "#9aa5b1"
-CURVE_COLOURS = (ACCENT, "#3d5a80", "#17a398", "#f3a712", "#8e5572", "#5c946e", "#b56576", "#2a9d8f")
+CURVE_COLOURS = (ACCENT, "#3d5a80", "#17a398", "#f3a712", "#8e5572", "#5c946e", "#b56576", "#2a9d8f", "#6d597a")
 
 
 def method_colour(method: str) -> str:

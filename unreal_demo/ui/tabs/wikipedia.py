@@ -275,8 +275,9 @@ def build_tab(loader: Loading, open_stores: bool | None = None) -> Ready:
         fig = go.Figure(go.Bar(x=[f"{h['rank']}. {title_text(h['title'])[:24]}" for h in result["hits"]],
                                y=[h["score"] for h in result["hits"]], marker_color="#e4572e"))
         t = result["timings"]
+        reread = f", LLM re-read {t['rerank']:.2f} s" if "rerank" in t else ""  # upr
         fig.update_layout(title=f"top {len(result['hits'])} by {m} — query {t.get('query_encoding', 0):.2f} s, "
-                                f"scan {t.get('scan', 0):.3f} s", height=300)
+                                f"scan {t.get('scan', 0):.3f} s{reread}", height=300)
         bm25["hits"] = bm25["hits"][:k_]
         last = {"query": q, "hits": result["hits"][:5], "n_pool": got.store.manifest["n_pool"]}
         said = describe(got.info) + (f" · ⚠ {note}" if note else "")
