@@ -8,6 +8,9 @@ Commands::
     # 1b. the same on another backbone, its head's ℓc, and each variant on the seed-0 test draw of 1,000 (paired)
     python -m experiments token-channel fit --dev 300 --test 1000 --model qwen2.5-0.5b \\
         --head precomputed/heads/qwen2.5-0.5b/head.json
+    # 1c. out of domain: alone against fused at the backbone's α on the seed-0 draw of 1,000 Amazon questions
+    python -m experiments token-channel amazon --test 1000 \\
+        --head precomputed/heads/smollm2-135m-mix-joint-seed1/head.json
     # 2. test: the product's eval on the seed-0 draw, before (a worktree of the commit before the change) and after
     python -m unreal_demo eval retrieval --corpus new_wiki --sample 200 --out before.json   # in the worktree
     python -m unreal_demo eval retrieval --corpus new_wiki --sample 200 --methods sparse,bm25 --out after.json
@@ -46,7 +49,7 @@ from .common import paired, run_main
 
 FOLDER = Path(__file__).resolve().parent / "records" / "token_channel"
 RECORDS = ("fusion_dev.json", "new_wiki_200.json", "fusion_dev_qwen2.5-0.5b.json",
-           "fusion_dev_smollm2-135m-instruct.json")
+           "fusion_dev_smollm2-135m-instruct.json", "amazon_smollm2-135m-instruct.json")
 DRAWS = (200, 500, 1000, 2000)  # seed-0 draws of the evaluations: kept out of the dev split
 ALPHAS = [i / 20 for i in range(21)]
 RRF_K = 60
@@ -85,11 +88,11 @@ def local_scores(store, qt: list[torch.Tensor], mean: torch.Tensor | None) -> to
                       for s in range(0, len(qt), sparse.QUERY_BATCH)])
 
 
-def held_out_rows(store, explorer, n: int, alpha: float) -> dict:
+def held_out_rows(store, explorer, n: int, alpha: float, corpus: str = "new_wiki") -> dict:
     """The centred channel alone, fused at the dev-fitted ``alpha`` and at SmolLM2's α on the seed-0 draw of ``n``
-    New-Wiki questions (the draw ``eval retrieval --corpus new_wiki --sample n`` scores), and fused against alone
-    question by question."""
-    _, qs, gold = held_out(n, 0, "new_wiki")
+    ``corpus`` questions (the draw ``eval retrieval --corpus CORPUS --sample n`` scores; ``store`` holds that
+    corpus), and fused against alone question by question."""
+    _, qs, gold = held_out(n, 0, corpus)
     qt = sparse.query_token_states(explorer.backbone, [q.text for q in qs], explorer.head.config.chunk_layer)
     local, pooled = local_scores(store, qt, store.token_mean()), sparse.pooled_scores(qt, store.chunk_means())
     variants = {"alone": local, f"fused, α = {alpha} (dev)": sparse.fuse(local, pooled, alpha),
@@ -140,6 +143,23 @@ def fit(dev: int, model: str | None = None, head: str | None = None, test: int =
             "seconds": round(time.time() - t0, 1), "provenance": provenance(explorer)}
 
 
+def amazon(n: int, model: str | None = None, head: str | None = None) -> dict:
+    """:func:`held_out_rows` on the seed-0 draw of ``n`` Amazon questions over the 2,050 reviews (out of domain, no
+    dev split there), at the backbone's shipped α (:func:`unreal_demo.retrieval.sparse.alpha_for`)."""
+    from unreal_demo.pipeline import Explorer
+
+    t0 = time.time()
+    explorer = Explorer.load(model or DEFAULT_MODEL, head=head, require_head=True)
+    corpus, _, _ = held_out(n, 0, "amazon")
+    store = corpus_store([p.text for p in corpus], explorer, keep_tokens=True)
+    alpha = sparse.alpha_for(explorer.backbone.name)
+    return {"what": "the centred token channel alone against fused with the pooled cosine, Amazon (out of domain)",
+            "command": f"python -m experiments token-channel amazon --test {n}"
+                       + (f" --model {model}" if model else "") + (f" --head {head}" if head else ""),
+            "head": explorer.head_source, "alpha": alpha, "test": held_out_rows(store, explorer, n, alpha, "amazon"),
+            "seconds": round(time.time() - t0, 1), "provenance": provenance(explorer)}
+
+
 def compare(before: dict, after: dict, commits: list[str]) -> dict:
     """Each method's row before and after, and sparse after against before question by question."""
     if before["questions"] != after["questions"]:
@@ -160,7 +180,7 @@ def compare(before: dict, after: dict, commits: list[str]) -> dict:
 def main(argv: list[str] | None = None) -> int:
     """``python -m experiments token-channel fit [--dev N]`` or ``… compare BEFORE AFTER [--commits A B]``."""
     p = argparse.ArgumentParser(prog="python -m experiments token-channel", description=__doc__.split("\n")[0])
-    p.add_argument("action", choices=("fit", "compare"))
+    p.add_argument("action", choices=("fit", "amazon", "compare"))
     p.add_argument("files", nargs="*", help="compare: the eval retrieval records before and after")
     p.add_argument("--dev", type=int, default=300, help="fit: dev questions")
     p.add_argument("--test", type=int, default=0, help="fit: also score the seed-0 draw of N questions")
@@ -174,6 +194,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.action == "fit":
             result = fit(args.dev, args.model, args.head, args.test)
             name = f"fusion_dev_{args.model}.json" if args.model else RECORDS[0]
+        elif args.action == "amazon":
+            result = amazon(args.test or 1000, args.model, args.head)
+            name = f"amazon_{args.model or DEFAULT_MODEL}.json"
         else:
             if len(args.files) != 2:
                 raise UserError("compare takes two eval retrieval records: before and after")
