@@ -67,6 +67,8 @@ import json
 from pathlib import Path
 
 from unreal_demo.data.sources import load_squad
+from unreal_demo.evaluation.longcontext.report import recall_pairs
+from unreal_demo.evaluation.longcontext.run import per_answer
 from unreal_demo.evaluation.metrics import contained
 from unreal_demo.settings import PRECOMPUTED, REPO
 
@@ -181,34 +183,21 @@ LONG_PAIRS = [(("qwen", "unreal"), ("qwen", "bm25")), (("smollm2-default", "unre
 
 
 def evidence_side_by_side(records: dict[str, dict], pairs=LONG_PAIRS) -> list[dict]:
-    """Evidence recall@n of every (record, method, length) and, for ``pairs``, the questions whose gold chunk only
-    one side selected within n and McNemar's p (:func:`common.paired`, a selected gold chunk counting as rank 1).
+    """For ``pairs`` of (record, method), the questions whose gold chunk only one side selected within n, per length
+    and n, and McNemar's p: the bench's own :func:`~unreal_demo.evaluation.longcontext.report.recall_pairs` over
+    the records' rows, each method named by its record.
 
     >>> rows = lambda method, found: [{"id": i, "length": 2000, "method": method, "found": f}
     ...                               for i, f in zip("abc", found)]
     >>> r = {"q": {"ns": [1, 3], "rows": rows("unreal", ["01", "11", "00"])},
     ...      "s": {"ns": [1, 3], "rows": rows("unreal", ["00", "01", "01"])}}
-    >>> [(x["n"], x["paired"]["a_only"], x["paired"]["b_only"])
-    ...  for x in evidence_side_by_side(r, [(("q", "unreal"), ("s", "unreal"))])]
+    >>> [(x["n"], x["a_only"], x["b_only"]) for x in evidence_side_by_side(r, [(("q", "unreal"), ("s", "unreal"))])]
     [(1, 1, 0), (3, 1, 1)]
     """
-    found = {(name, row["method"], row["length"], row["id"]): row["found"]
-             for name, r in records.items() for row in r["rows"]}
-    out = []
-    for (na, ma), (nb, mb) in pairs:
-        if na not in records or nb not in records:
-            continue
-        ns = records[na]["ns"]
-        if records[nb]["ns"] != ns:
-            raise ValueError(f"{na} and {nb} selected at different n: {ns} against {records[nb]['ns']}")
-        for length in sorted({k[2] for k in found if k[:2] == (na, ma)}):
-            ids = sorted(k[3] for k in found if k[:3] == (na, ma, length) and (nb, mb, length, k[3]) in found)
-            for i, n in enumerate(ns):
-                a = [1 if found[(na, ma, length, q)][i] == "1" else None for q in ids]
-                b = [1 if found[(nb, mb, length, q)][i] == "1" else None for q in ids]
-                out.append({"a": f"{na}:{ma}", "b": f"{nb}:{mb}", "length": length, "n": n, "questions": len(ids),
-                            "paired": {k: v for k, v in paired(a, b, 1).items() if k != "k"}})
-    return out
+    rows = [r | {"method": f"{name}:{r['method']}"} for name, record in records.items()
+            for r in per_answer(record["rows"], record["ns"])]
+    return [{"a": f"{na}:{ma}", "b": f"{nb}:{mb}"} | split for (na, ma), (nb, mb) in pairs
+            if na in records and nb in records for split in recall_pairs(rows, f"{na}:{ma}", f"{nb}:{mb}")]
 
 
 def bf16_keys(model: str, n: int, layer: int) -> dict:
@@ -255,7 +244,7 @@ def main(argv: list[str] | None = None) -> int:
                                              for paths in (NEW_WIKI, AMAZON, UPR, LONG_CONTEXT, OWN_QA))
     read = lambda paths: {n: json.loads(f.read_text()) for n, f in paths.items()}  # noqa: E731
     table = {"qa": qa_side_by_side(qwen, json.loads(SMOLLM2_QA.read_text())),
-             "qa_own_selection": own_selection_qa({n: json.loads(f.read_text()) for n, f in own.items()}),
+             "qa_own_selection": own_selection_qa(read(own)),
              "new_wiki": retrieval_side_by_side(read(evals)),
              "amazon": retrieval_side_by_side(read(amazon)),
              "upr": retrieval_side_by_side(read(upr), UPR_PAIRS),

@@ -88,16 +88,18 @@ def local_scores(store, qt: list[torch.Tensor], mean: torch.Tensor | None) -> to
                       for s in range(0, len(qt), sparse.QUERY_BATCH)])
 
 
-def held_out_rows(store, explorer, n: int, alpha: float, corpus: str = "new_wiki") -> dict:
-    """The centred channel alone, fused at the dev-fitted ``alpha`` and at SmolLM2's α on the seed-0 draw of ``n``
-    ``corpus`` questions (the draw ``eval retrieval --corpus CORPUS --sample n`` scores; ``store`` holds that
-    corpus), and fused against alone question by question."""
+def held_out_rows(store, explorer, n: int, alpha: float, corpus: str = "new_wiki", source: str = "dev") -> dict:
+    """The centred channel alone, fused at ``alpha`` (from ``source``: this fit's dev split, or the backbone's
+    shipped weight) and, where it differs, at SmolLM2's α on the seed-0 draw of ``n`` ``corpus`` questions (the draw
+    ``eval retrieval --corpus CORPUS --sample n`` scores; ``store`` holds that corpus), and fused against alone
+    question by question."""
     _, qs, gold = held_out(n, 0, corpus)
     qt = sparse.query_token_states(explorer.backbone, [q.text for q in qs], explorer.head.config.chunk_layer)
     local, pooled = local_scores(store, qt, store.token_mean()), sparse.pooled_scores(qt, store.chunk_means())
-    variants = {"alone": local, f"fused, α = {alpha} (dev)": sparse.fuse(local, pooled, alpha),
-                f"fused, α = {sparse.ALPHA} (SmolLM2's, which every model used before)":
-                    sparse.fuse(local, pooled, sparse.ALPHA)}
+    variants = {"alone": local, f"fused, α = {alpha} ({source})": sparse.fuse(local, pooled, alpha)}
+    if alpha != sparse.ALPHA:
+        variants[f"fused, α = {sparse.ALPHA} (SmolLM2's, which every model used before)"] = \
+            sparse.fuse(local, pooled, sparse.ALPHA)
     ranks = {name: gold_ranks(top(v, 100), gold) for name, v in variants.items()}
     return {"questions": len(qs), "rows": {name: row(v, gold) for name, v in variants.items()},
             "paired_vs_alone": {name: {f"R@{k}": paired(r, ranks["alone"], k) for k in (1, 10)}
@@ -156,7 +158,8 @@ def amazon(n: int, model: str | None = None, head: str | None = None) -> dict:
     return {"what": "the centred token channel alone against fused with the pooled cosine, Amazon (out of domain)",
             "command": f"python -m experiments token-channel amazon --test {n}"
                        + (f" --model {model}" if model else "") + (f" --head {head}" if head else ""),
-            "head": explorer.head_source, "alpha": alpha, "test": held_out_rows(store, explorer, n, alpha, "amazon"),
+            "head": explorer.head_source, "alpha": alpha,
+            "test": held_out_rows(store, explorer, n, alpha, "amazon", "shipped"),
             "seconds": round(time.time() - t0, 1), "provenance": provenance(explorer)}
 
 
