@@ -48,6 +48,20 @@ Commands (in order; each writes a record under ``experiments/records/second_back
         --head precomputed/heads/smollm2-135m-mix-joint-seed1/head.json | --model qwen2.5-0.5b \\
         --head precomputed/heads/qwen2.5-0.5b/head.json] \\
         --out experiments/records/second_backbone/upr_new_wiki_<head>.json
+    python -m unreal_demo index build --model qwen2.5-0.5b --out ~/.cache/unreal/indexes/qwen2.5-0.5b-l21-all \\
+                                                                # Qwen's own index of the 13,787 passages (~3 h)
+    python -m unreal_demo eval retrieval --corpus index --sample 1000 --model qwen2.5-0.5b \\
+        --head precomputed/heads/qwen2.5-0.5b/head.json --index ~/.cache/unreal/indexes/qwen2.5-0.5b-l21-all \\
+        --methods unreal,bm25,dense,hybrid-rrf,hybrid-fusion \\
+        --out experiments/records/second_backbone/eval_index_qwen2.5-0.5b.json
+    python -m unreal_demo eval retrieval --corpus index --sample 1000 --dtype fp32 \\
+        --head precomputed/heads/smollm2-135m-mix-joint-seed1/head.json \\
+        --index precomputed/index/smollm2-135m-instruct-l25-all --methods unreal,bm25,dense,hybrid-rrf,hybrid-fusion \\
+        --out experiments/records/second_backbone/eval_index_smollm2-135m-mix-joint-seed1.json
+    python -m unreal_demo eval qa --methods unreal,bm25 --k 1,3,5 --sample 100 --dtype fp32 \\
+        --head precomputed/heads/smollm2-135m-mix-joint-seed1/head.json \\
+        --out experiments/records/second_backbone/qa_index_smollm2-135m-mix-joint-seed1.json  # the shipped index
+    python -m experiments judged-backbones --side more          # judged natural questions on both indexes
     python -m experiments second-backbone                       # the side-by-side table: side_by_side.json
     python -m experiments second-backbone --bf16-keys 48        # bf16 against fp32 pooled keys: bf16_keys_<model>.json
 
@@ -168,6 +182,17 @@ def retrieval_side_by_side(records: dict[str, dict], pairs=PAIRS) -> dict:
 AMAZON = {"qwen": PRECOMPUTED / "eval_retrieval_amazon_qwen2.5-0.5b.json",
           "smollm2-default": RECORDS / "eval_amazon_smollm2-135m-mix-joint-seed1.json"}
 
+# The same 1,000 New-Wiki questions over each backbone's own index of the 13,787 passages (``eval retrieval --corpus
+# index --index``): SmolLM2's shipped rpq3 index, Qwen's built in the cache; BM25 and dense read each index's chunks.
+INDEX = {"qwen": RECORDS / "eval_index_qwen2.5-0.5b.json",
+         "smollm2-default": RECORDS / "eval_index_smollm2-135m-mix-joint-seed1.json"}
+INDEX_PAIRS = [(("qwen", "unreal"), ("qwen", "bm25")), (("smollm2-default", "unreal"), ("smollm2-default", "bm25")),
+               (("qwen", "unreal"), ("smollm2-default", "unreal")), (("qwen", "bm25"), ("smollm2-default", "bm25")),
+               (("qwen", "hybrid-fusion"), ("qwen", "bm25")),
+               (("smollm2-default", "hybrid-fusion"), ("smollm2-default", "bm25")),
+               (("qwen", "hybrid-fusion"), ("smollm2-default", "hybrid-fusion")),
+               (("qwen", "hybrid-rrf"), ("smollm2-default", "hybrid-rrf"))]
+
 # UPR (``upr``: UNREAL's top 10 re-read by the same LLM) beside UNREAL on the same 100 New-Wiki questions.
 UPR = {"qwen": RECORDS / "upr_new_wiki_qwen2.5-0.5b.json",
        "smollm2-default": RECORDS / "upr_new_wiki_smollm2-135m-mix-joint-seed1.json"}
@@ -240,24 +265,26 @@ def main(argv: list[str] | None = None) -> int:
         print(record)
         return 0
     qwen = json.loads(Path(args.qa).read_text())
-    evals, amazon, upr, long_context, own = ({name: path for name, path in paths.items() if path.exists()}
-                                             for paths in (NEW_WIKI, AMAZON, UPR, LONG_CONTEXT, OWN_QA))
+    evals, amazon, index, upr, long_context, own = ({name: path for name, path in paths.items() if path.exists()}
+                                                    for paths in (NEW_WIKI, AMAZON, INDEX, UPR, LONG_CONTEXT, OWN_QA))
     read = lambda paths: {n: json.loads(f.read_text()) for n, f in paths.items()}  # noqa: E731
     table = {"qa": qa_side_by_side(qwen, json.loads(SMOLLM2_QA.read_text())),
              "qa_own_selection": own_selection_qa(read(own)),
              "new_wiki": retrieval_side_by_side(read(evals)),
              "amazon": retrieval_side_by_side(read(amazon)),
+             "index": retrieval_side_by_side(read(index), INDEX_PAIRS),
              "upr": retrieval_side_by_side(read(upr), UPR_PAIRS),
              "long_context_evidence": evidence_side_by_side(read(long_context)),
              "sources": {"qwen_qa": str(Path(args.qa).resolve().relative_to(REPO)),
                          "smollm2_qa": str(SMOLLM2_QA.relative_to(REPO)),
                          **{f"{kind}_{n}": str(f.relative_to(REPO)) for kind, paths in
-                            (("new_wiki", evals), ("amazon", amazon), ("upr", upr), ("long_context", long_context),
-                             ("qa_own_selection", own)) for n, f in paths.items()}},
+                            (("new_wiki", evals), ("amazon", amazon), ("index", index), ("upr", upr),
+                             ("long_context", long_context), ("qa_own_selection", own)) for n, f in paths.items()}},
              "command": "python -m experiments second-backbone"}
     Path(args.out).write_text(json.dumps(table, indent=1) + "\n")
     for row in (table["qa"] + table["qa_own_selection"] + table["new_wiki"]["rows"] + table["new_wiki"]["pairs"]
-                + table["amazon"]["rows"] + table["amazon"]["pairs"] + table["upr"]["rows"] + table["upr"]["pairs"]
+                + table["amazon"]["rows"] + table["amazon"]["pairs"] + table["index"]["rows"] + table["index"]["pairs"]
+                + table["upr"]["rows"] + table["upr"]["pairs"]
                 + table["long_context_evidence"]):
         print(row)
     return 0
