@@ -123,6 +123,11 @@ def qa_side_by_side(qwen: dict, smollm2: dict) -> list[dict]:
 OWN_QA = {"qwen": RECORDS / "qa_new_wiki_index_qwen2.5-0.5b.json",
           "smollm2": RECORDS / "qa_new_wiki_index_smollm2-135m.json"}
 
+# The same from each backbone's own index of the 13,787 passages (SmolLM2: the shipped index; Qwen: its own build).
+INDEX_QA = {"qwen": RECORDS / "qa_index_qwen2.5-0.5b.json",
+            "smollm2": RECORDS / "qa_index_smollm2-135m-mix-joint-seed1.json"}
+
+
 
 def own_selection_qa(records: dict[str, dict]) -> list[dict]:
     """Within each backbone, UNREAL's answers at k against BM25's; across them, each row against the other
@@ -265,11 +270,13 @@ def main(argv: list[str] | None = None) -> int:
         print(record)
         return 0
     qwen = json.loads(Path(args.qa).read_text())
-    evals, amazon, index, upr, long_context, own = ({name: path for name, path in paths.items() if path.exists()}
-                                                    for paths in (NEW_WIKI, AMAZON, INDEX, UPR, LONG_CONTEXT, OWN_QA))
+    evals, amazon, index, upr, long_context, own, index_qa = (
+        {name: path for name, path in paths.items() if path.exists()}
+        for paths in (NEW_WIKI, AMAZON, INDEX, UPR, LONG_CONTEXT, OWN_QA, INDEX_QA))
     read = lambda paths: {n: json.loads(f.read_text()) for n, f in paths.items()}  # noqa: E731
     table = {"qa": qa_side_by_side(qwen, json.loads(SMOLLM2_QA.read_text())),
              "qa_own_selection": own_selection_qa(read(own)),
+             "qa_own_index": own_selection_qa(read(index_qa)),
              "new_wiki": retrieval_side_by_side(read(evals)),
              "amazon": retrieval_side_by_side(read(amazon)),
              "index": retrieval_side_by_side(read(index), INDEX_PAIRS),
@@ -279,10 +286,12 @@ def main(argv: list[str] | None = None) -> int:
                          "smollm2_qa": str(SMOLLM2_QA.relative_to(REPO)),
                          **{f"{kind}_{n}": str(f.relative_to(REPO)) for kind, paths in
                             (("new_wiki", evals), ("amazon", amazon), ("index", index), ("upr", upr),
-                             ("long_context", long_context), ("qa_own_selection", own)) for n, f in paths.items()}},
+                             ("long_context", long_context), ("qa_own_selection", own), ("qa_own_index", index_qa))
+                            for n, f in paths.items()}},
              "command": "python -m experiments second-backbone"}
     Path(args.out).write_text(json.dumps(table, indent=1) + "\n")
-    for row in (table["qa"] + table["qa_own_selection"] + table["new_wiki"]["rows"] + table["new_wiki"]["pairs"]
+    for row in (table["qa"] + table["qa_own_selection"] + table["qa_own_index"]
+                + table["new_wiki"]["rows"] + table["new_wiki"]["pairs"]
                 + table["amazon"]["rows"] + table["amazon"]["pairs"] + table["index"]["rows"] + table["index"]["pairs"]
                 + table["upr"]["rows"] + table["upr"]["pairs"]
                 + table["long_context_evidence"]):

@@ -1,0 +1,241 @@
+"""The judged natural questions on each backbone's own index: SmolLM2's default head over the shipped index against
+Qwen2.5-0.5B's head over its own index of the same 13,787 passages, paired question by question.
+
+    python -m experiments judged-backbones --side more \\
+        --out experiments/records/second_backbone/judged_more_backbones.json   # the 527 held-out questions
+    python -m experiments judged-backbones --side dev \\
+        --out experiments/records/second_backbone/judged_dev_backbones.json    # the 147 dev questions
+
+The verdicts (``precomputed/judged/{dev,more}.json.gz``, :mod:`judged_dev`) were read on the chunks of the shipped
+SmolLM2 index. Qwen's index cuts the same passages with its own tokenizer, so its chunk boundaries move: a Qwen
+chunk counts as a positive when the text it shares with a ``yes`` chunk of the same passage holds an answer alias
+(:func:`carried`); its unread alias chunks in a top 10 are counted as for any head nobody read (a miss, so R@10 is
+a lower bound there). On the SmolLM2 side nothing is mapped, and its default head's row reproduces
+``judged_dev``'s (a check printed beside the result).
+
+Each backbone ranks the chunks the judged sets range over (not New-Wiki's, :func:`training.sets.masks`), C0 from
+BM25 over those chunks, as ``judged-dev score`` does; BM25, dense MiniLM and the two hybrids (score fusion with the
+head's dev-fitted weight, RRF k = 60) are scored on each index's own chunks. Every question's rank of its first
+positive is kept per (backbone, method), and the pairs are McNemar splits at R@1 and R@10
+(:func:`second_backbone.retrieval_side_by_side`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import torch
+
+from unreal_demo.core.cpu import status_line
+from unreal_demo.core.minilm import embed
+from unreal_demo.core.selection import score_fusion
+from unreal_demo.core.state_training import cache_layer_groups, scores
+from unreal_demo.data.answers import occurs
+from unreal_demo.data.natural import load_natural
+from unreal_demo.errors import UserError
+from unreal_demo.pipeline import Explorer
+from unreal_demo.settings import PRECOMPUTED, REPO, cache_dir, display_path
+from unreal_demo.store.index import Index
+from unreal_demo.training.judged import load_judged
+from unreal_demo.training.sets import NATURAL_SETS, bm25_contexts, bm25_within, pool_of, positions, usable_pool
+
+from .common import dense_vectors, run_main
+from .judged_dev import rrf_matrix
+from .second_backbone import RECORDS, retrieval_side_by_side
+
+BACKBONES = {"smollm2-default": ("smollm2-135m-instruct", PRECOMPUTED / "heads/smollm2-135m-mix-joint-seed1/head.json",
+                                 None),
+             "qwen": ("qwen2.5-0.5b", PRECOMPUTED / "heads/qwen2.5-0.5b/head.json",
+                      cache_dir() / "indexes" / "qwen2.5-0.5b-l21-all")}
+"""name → (model, head, index folder; None: the shipped index)."""
+SHIPPED = "smollm2-135m-instruct-l25-all"  # the index the verdicts were read on
+
+PAIRS = [(("qwen", "unreal"), ("smollm2-default", "unreal")), (("qwen", "unreal"), ("qwen", "bm25")),
+         (("smollm2-default", "unreal"), ("smollm2-default", "bm25")), (("qwen", "bm25"), ("smollm2-default", "bm25")),
+         (("qwen", "hybrid-fusion"), ("smollm2-default", "hybrid-fusion")),
+         (("qwen", "hybrid-fusion"), ("qwen", "bm25")), (("qwen", "hybrid-rrf"), ("smollm2-default", "hybrid-rrf"))]
+DEPTH = 100  # ranks kept; a positive deeper than this counts as not found
+
+
+def spans(texts: list[str]) -> list[tuple[int, int]]:
+    """Character spans of a passage's chunks, in order, in the passage's whitespace-collapsed text (the chunks'
+    texts joined by one space); chunk boundaries of two tokenizers then share one coordinate system.
+
+    >>> spans(["Ab cd.", "Ef  g."])
+    [(0, 6), (7, 12)]
+    """
+    out, start = [], 0
+    for t in texts:
+        n = len(" ".join(t.split()))
+        out.append((start, start + n))
+        start += n + 1
+    return out
+
+
+def carried(yes: list[tuple[int, int]], target: list[tuple[int, int]], passage: str,
+            answers: tuple[str, ...]) -> list[int]:
+    """Which ``target`` chunks (spans in ``passage``, the collapsed text) share with a ``yes`` span text that holds
+    an answer alias.
+
+    >>> p = "Paris is in France. It is large. Lyon is too."
+    >>> carried([(0, 19)], [(0, 10), (10, 32), (33, 45)], p, ("France",))
+    [1]
+    """
+    out = []
+    for j, (c, d) in enumerate(target):
+        if any(occurs(passage[max(a, c):min(b, d)], answers) for a, b in yes if max(a, c) < min(b, d)):
+            out.append(j)
+    return out
+
+
+def passages(index) -> tuple[dict[str, list[int]], dict[str, str]]:
+    """Passage id → its chunk ids (in order) and its whitespace-collapsed text."""
+    ids: dict[str, list[int]] = {}
+    for i, c in enumerate(index.chunks):
+        ids.setdefault(c["passage"], []).append(i)
+    text = {p: " ".join(" ".join(index.chunks[i]["text"].split()) for i in chunk_ids) for p, chunk_ids in ids.items()}
+    return ids, text
+
+
+def mapped_positives(judged: dict, questions: list, source, target) -> dict[str, dict[str, list[int]]]:
+    """Per question id, its ``yes`` chunks and every chunk it read (``yes``/``partial``/``no``) as chunk ids of
+    ``target``: the ids themselves when ``target`` is ``source``, else carried over by :func:`carried`."""
+    verdicts = {q["id"]: q for q in judged["questions"]}
+    if target is source:
+        return {q.id: {"yes": list(verdicts[q.id]["yes"]),
+                       "read": [*verdicts[q.id]["yes"], *verdicts[q.id]["partial"], *verdicts[q.id]["no"]]}
+                for q in questions}
+    s_ids, text = passages(source)
+    t_ids, _ = passages(target)
+    s_span = {c: sp for chunk_ids in s_ids.values() for c, sp in zip(chunk_ids, spans(
+        [source.chunks[i]["text"] for i in chunk_ids]), strict=True)}
+    out = {}
+    for q in questions:
+        v = verdicts[q.id]
+        row = {}
+        for kind, chunk_ids in (("yes", v["yes"]), ("read", [*v["yes"], *v["partial"], *v["no"]])):
+            found = []
+            for p in dict.fromkeys(source.chunks[c]["passage"] for c in chunk_ids):
+                mine = t_ids.get(p, [])
+                t_span = spans([target.chunks[i]["text"] for i in mine])
+                yes = [s_span[c] for c in chunk_ids if source.chunks[c]["passage"] == p]
+                found += [mine[j] for j in carried(yes, t_span, text[p], q.answers)]
+            row[kind] = found
+        out[q.id] = row
+    return out
+
+
+def first_ranks(matrix: torch.Tensor, positives: list[list[int]]) -> list[int | None]:
+    """Each row's 1-based rank of its first positive (column ids) within the top :data:`DEPTH` (None: not there).
+
+    >>> first_ranks(torch.tensor([[0.1, 0.9, 0.5], [0.8, 0.1, 0.3]]), [[2], []])
+    [2, None]
+    """
+    top = matrix.topk(min(DEPTH, matrix.shape[1]), dim=1).indices.tolist()
+    return [next((r for r, j in enumerate(row, start=1) if j in set(p)), None)
+            for row, p in zip(top, positives, strict=True)]
+
+
+def unread_in_top10(matrix: torch.Tensor, questions: list, read: list[list[int]], pool: list[int], index) -> int:
+    """Alias-holding chunks in the rows' top 10 (columns; ``pool`` their chunk ids) that no verdict covers: each
+    counts as a miss."""
+    top = matrix.topk(10, dim=1).indices.tolist()
+    return sum(1 for row, q, r in zip(top, questions, read, strict=True) for j in row
+               if pool[j] not in set(r) and occurs(index.chunks[pool[j]]["text"], q.answers))
+
+
+def score_backbone(name: str, judged: dict, questions: list, shipped: Index) -> dict:
+    """Every method's rank of each question's first positive on ``name``'s own index (:data:`BACKBONES`), over the
+    chunks the judged sets range over (the score matrices' columns)."""
+    model, head, folder = BACKBONES[name]
+    explorer = Explorer.load(model, head=str(head), dtype="fp32", require_head=True)
+    index = Index(folder) if folder is not None else shipped
+    keys, usable, _ = pool_of(index)  # (M, L_p, d), (M,)
+    pool, texts, bm25 = usable_pool(index)
+    qtexts = [q.text for q in questions]
+    contexts = bm25_contexts(bm25, texts, qtexts, explorer.head.config.n_context)
+    groups = cache_layer_groups(explorer.head, explorer.backbone, qtexts, contexts, cache_dir() / "query_states")
+    unreal = scores(explorer.head, groups, keys[usable])  # (N, P)
+    lexical = bm25_within(index, qtexts, usable)[:, usable]  # (N, P)
+    dense = embed(qtexts) @ dense_vectors(index)[usable].T  # (N, P)
+    w = explorer.head.config.fusion_weight
+    matrices = {"unreal": unreal, "bm25": lexical, "dense": dense, "hybrid-fusion": score_fusion(unreal, lexical, w),
+                "hybrid-rrf": rrf_matrix(unreal, lexical)}
+    mapped = mapped_positives(judged, questions, shipped, index)
+    remap = positions(usable)
+    positives = [[int(remap[c]) for c in mapped[q.id]["yes"] if remap[c] >= 0] for q in questions]
+    read = [mapped[q.id]["read"] for q in questions]
+    return {"model": model, "head": str(head.relative_to(REPO)), "index": display_path(index.folder),
+            "chunks": len(index.chunks), "ranked": len(pool), "fusion_weight": w,
+            "encoded_in": explorer.backbone.encoding_name,
+            "questions_without_positive": sum(not p for p in positives),
+            "questions": [q.id for q in questions],
+            "ranks": {m: first_ranks(s, positives) for m, s in matrices.items()},
+            "unread_alias_chunks_in_top10": {m: unread_in_top10(s, questions, read, pool, index)
+                                             for m, s in matrices.items()}}
+
+
+def judged_questions(side: str) -> tuple[dict, list]:
+    """The judged ``side`` and its questions with a ``yes`` chunk, in the verdicts' order."""
+    judged = load_judged(side)
+    by_id = {q.id: q for source in NATURAL_SETS.values() for q in load_natural(source)}
+    return judged, [by_id[q["id"]] for q in judged["questions"] if q["yes"]]
+
+
+def run(side: str, out: Path) -> dict:
+    """Score both backbones on the judged ``side`` and pair them (written to ``out``)."""
+    judged, questions = judged_questions(side)
+    shipped = Index(PRECOMPUTED / "index" / SHIPPED)
+    records = {name: score_backbone(name, judged, questions, shipped) for name in BACKBONES}
+    table = retrieval_side_by_side(records, PAIRS)
+    result = {"side": side, "questions": len(questions), "rule": __doc__.split("\n\n")[2].strip(),
+              "check": reproduces(records["smollm2-default"], side),
+              "backbones": {n: {k: v for k, v in r.items() if k not in ("questions", "ranks")}
+                            for n, r in records.items()},
+              "rows": table["rows"], "pairs": table["pairs"], "ranks": {n: r["ranks"] for n, r in records.items()},
+              "question_ids": records["qwen"]["questions"], "cpu": status_line(),
+              "command": f"python -m experiments judged-backbones --side {side} --out {out}"}
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=1) + "\n")
+    return result
+
+
+JUDGED_DEV = {"dev": "judged_dev_recall_seed1.json", "more": "judged_more_recall.json"}
+
+
+def reproduces(record: dict, side: str) -> dict:
+    """The SmolLM2 default head's per-set mean R@1 / R@10 here beside ``judged-dev score``'s row of the same
+    head (its record), which scores the same questions the same way."""
+    mine = {}
+    for short, source in NATURAL_SETS.items():
+        ranks = [r for q, r in zip(record["questions"], record["ranks"]["unreal"], strict=True)
+                 if q.startswith(source + ":")]
+        mine[short] = {k: sum(r is not None and r <= k for r in ranks) / max(1, len(ranks)) for k in (1, 10)}
+    path = RECORDS.parent / "judged_dev" / JUDGED_DEV[side]
+    row = next(r for r in json.loads(path.read_text())["rows"] if r["variant"] == "smollm2-135m-mix-joint-seed1")
+    return {"here": {f"mean R@{k}": round(sum(m[k] for m in mine.values()) / len(mine), 4) for k in (1, 10)},
+            "judged_dev": {k: row[k] for k in ("mean R@1", "mean R@10")}, "record": str(path.relative_to(REPO))}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m experiments judged-backbones --side dev|more [--out F]``."""
+    p = argparse.ArgumentParser(prog="python -m experiments judged-backbones", description=__doc__.split("\n")[0])
+    p.add_argument("--side", choices=("dev", "more"), default="more",
+                   help="the 147 judged dev questions or the 527 held-out ones (more)")
+    p.add_argument("--out", default=None,
+                   help="the record (default: records/second_backbone/judged_SIDE_backbones.json)")
+    return run_main(p, handle, argv)
+
+
+def handle(args: argparse.Namespace) -> None:
+    """Run :func:`run` and print its rows and pairs."""
+    if not (BACKBONES["qwen"][2] / "manifest.json").exists():
+        raise UserError(f"no Qwen index at {display_path(BACKBONES['qwen'][2])}: build it first with "
+                        f"`python -m unreal_demo index build --model qwen2.5-0.5b --out {BACKBONES['qwen'][2]}`")
+    out = Path(args.out or RECORDS / f"judged_{args.side}_backbones.json")
+    result = run(args.side, out)
+    for row in result["rows"] + result["pairs"]:
+        print(row)
+    print("check:", result["check"])
