@@ -38,7 +38,7 @@ from unreal_demo.errors import UserError
 from unreal_demo.pipeline import Explorer
 from unreal_demo.settings import PRECOMPUTED, REPO, cache_dir, display_path
 from unreal_demo.store.index import Index
-from unreal_demo.training.judged import load_judged
+from unreal_demo.training.judged import JUDGED_ON, load_judged
 from unreal_demo.training.sets import NATURAL_SETS, bm25_contexts, bm25_within, pool_of, positions, usable_pool
 
 from .common import dense_vectors, run_main
@@ -50,7 +50,6 @@ BACKBONES = {"smollm2-default": ("smollm2-135m-instruct", PRECOMPUTED / "heads/s
              "qwen": ("qwen2.5-0.5b", PRECOMPUTED / "heads/qwen2.5-0.5b/head.json",
                       cache_dir() / "indexes" / "qwen2.5-0.5b-l21-all")}
 """name → (model, head, index folder; None: the shipped index)."""
-SHIPPED = "smollm2-135m-instruct-l25-all"  # the index the verdicts were read on
 
 PAIRS = [(("qwen", "unreal"), ("smollm2-default", "unreal")), (("qwen", "unreal"), ("qwen", "bm25")),
          (("smollm2-default", "unreal"), ("smollm2-default", "bm25")), (("qwen", "bm25"), ("smollm2-default", "bm25")),
@@ -187,7 +186,7 @@ def judged_questions(side: str) -> tuple[dict, list]:
 def run(side: str, out: Path) -> dict:
     """Score both backbones on the judged ``side`` and pair them (written to ``out``)."""
     judged, questions = judged_questions(side)
-    shipped = Index(PRECOMPUTED / "index" / SHIPPED)
+    shipped = Index(JUDGED_ON)  # the index the verdicts were read on
     records = {name: score_backbone(name, judged, questions, shipped) for name in BACKBONES}
     table = retrieval_side_by_side(records, PAIRS)
     result = {"side": side, "questions": len(questions), "rule": __doc__.split("\n\n")[2].strip(),

@@ -20,6 +20,7 @@ from unreal_demo.__main__ import main
     (["train", "--stage", "joint", "--teacher-fusion", "0.7"], "needs --distil"),
     (["train", "--stage", "joint", "--distil", "3", "--teacher-fusion", "1.5"], "from 0 to 1"),
     (["train", "--stage", "alpha", "--steps", "0"], "at least 1"),
+    (["train", "--stage", "alpha", "--model", "qwen2.5-0.5b"], "train the model of --head"),
 ])
 def test_bad_stage_flags_are_one_line_before_any_model(capsys, args, match):
     assert main(args) == 2
@@ -80,3 +81,42 @@ def test_the_alpha_stage_is_the_shipped_alpha_head_s_variant():
     assert prov["adapter"] == ALPHA == variant.label
     assert asdict(variant.cfg) | prov["adapter_row"]["settings"] == asdict(variant.cfg)
     assert prov["adapter_row"]["sources"] == "+".join(variant.sources)
+
+
+def _explorer(name: str = "tiny-model", layer: int = 1):
+    from types import SimpleNamespace
+
+    return SimpleNamespace(backbone=SimpleNamespace(name=name), head=SimpleNamespace(config=SimpleNamespace(
+        chunk_layer=layer)))
+
+
+def test_a_model_without_an_index_is_told_how_to_build_one(monkeypatch, tmp_path):
+    from unreal_demo.store import index as store
+    from unreal_demo.training.judged import stage_index
+
+    monkeypatch.setenv("UNREAL_CACHE", str(tmp_path))
+    with pytest.raises(store.IndexStoreError, match="index build --model tiny-model --out .*tiny-model-l1-all"):
+        stage_index(_explorer())
+
+
+def test_judged_verdicts_only_serve_the_index_they_were_read_on():
+    import json
+    from types import SimpleNamespace
+
+    from unreal_demo.training.judged import JUDGED_ON, read_on
+
+    shipped = json.loads((JUDGED_ON / "manifest.json").read_text())
+    assert read_on(SimpleNamespace(manifest=shipped))
+    assert read_on(SimpleNamespace(manifest=shipped | {"dtype": "fp16", "chunk_layer": 20}))  # same cuts
+    assert not read_on(SimpleNamespace(manifest=shipped | {"model": "qwen2.5-0.5b", "chunks": 20317}))
+
+
+def test_training_sets_are_cached_per_index_cut(tmp_path):
+    from types import SimpleNamespace
+
+    from unreal_demo.training.sets import _sets_path
+
+    a = SimpleNamespace(manifest={"model": "smollm2-135m-instruct", "target": 141, "chunks": 20354})
+    b = SimpleNamespace(manifest={"model": "qwen2.5-0.5b", "target": 141, "chunks": 20317})
+    assert _sets_path(tmp_path, "c2", a) != _sets_path(tmp_path, "c2", b)
+    assert _sets_path(tmp_path, "c2", a) == _sets_path(tmp_path, "c2", SimpleNamespace(manifest=dict(a.manifest)))

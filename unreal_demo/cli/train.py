@@ -48,7 +48,8 @@ def add(sub: argparse._SubParsersAction) -> None:
     tr.add_argument("--force", action="store_true", help="train over a shipped head in --out")
     tr.add_argument("--use-prompt", dest="use_prompt", action="store_true", default=None,
                     help="learn the soft prompt P (full backprop through the prefix, ~3x slower)")
-    tr.add_argument("--head", default=None, help="alpha, joint: the starting head (default: the shipped head)")
+    tr.add_argument("--head", default=None, help="alpha, joint: the starting head, whose model they train on with "
+                    "its index (default: the shipped head)")
     tr.add_argument("--save", default=None, help="alpha, joint: write the trained head here (NAME → NAME.json, "
                     "NAME.safetensors)")
     joint_flags(tr, shared=False)
@@ -143,7 +144,8 @@ def run(args: argparse.Namespace) -> None:
     base_only = [f"--{k.replace('_', '-')}" for k, v in vars(args).items()
                  if v is not None and k not in SHARED and k in _train_fields()] + (["--force"] if args.force else [])
     if base_only:
-        raise UserError(f"{', '.join(base_only)} belong to --stage base")
+        raise UserError(f"{', '.join(base_only)} belong to --stage base"
+                        + (" (the alpha and joint stages train the model of --head)" if "--model" in base_only else ""))
     head = args.head or str(DEFAULT_HEADS[DEFAULT_MODEL].with_suffix(".json"))
     if args.stage == "alpha":
         from ..training.alpha import run_alpha

@@ -12,12 +12,13 @@ import hashlib
 import json
 from pathlib import Path
 
+from ..core.head import QueryHead
 from ..core.joint_training import TextSet
 from ..core.state_training import StateSet
 from ..errors import InputError
 from ..pipeline import Explorer
 from ..settings import PRECOMPUTED, cache_dir, display_path
-from ..store.index import Index, shipped_folder
+from ..store.index import Index, IndexStoreError, default_folder, shipped_folder
 from .sets import NATURAL_SETS, cached_sets, more_train_sets, natural_questions
 
 
@@ -84,21 +85,57 @@ def with_judged(side: str, sets: list, states: list[StateSet] | None = None) -> 
             cached + [s for s in states or [] if s.name not in NATURAL_SETS])
 
 
+JUDGED_ON = PRECOMPUTED / "index" / "smollm2-135m-instruct-l25-all"
+"""The index whose chunks the verdicts were read on (their chunk ids are its own)."""
+
+
+def read_on(index) -> bool:
+    """Whether ``index`` cuts the passages as :data:`JUDGED_ON` does (same model's tokenizer, chunk length and
+    corpus), so the verdicts' chunk ids are its own."""
+    fields = ("model", "target", "chunks", "passages")
+    shipped = json.loads((JUDGED_ON / "manifest.json").read_text())
+    return all(index.manifest.get(k) == shipped[k] for k in fields)
+
+
+def stage_index(explorer) -> Index:
+    """The index the α and joint stages draw their pool from: the shipped one of the head's model and ℓc, else the
+    one built in the cache (``index build --model M``; a second backbone's index is built, not shipped).
+
+    Raises
+    ------
+    IndexStoreError
+        Neither is there (the message says how to build it), or the build is incomplete.
+    """
+    shipped = shipped_folder(explorer)
+    folder = shipped if (shipped / "manifest.json").exists() else default_folder(explorer, "all")
+    if not (folder / "manifest.json").exists():
+        raise IndexStoreError(f"no index of {explorer.backbone.name} at ℓc = {explorer.head.config.chunk_layer} to "
+                              f"train on: build it with `python -m unreal_demo index build --model "
+                              f"{explorer.backbone.name} --out {display_path(folder)}`")
+    index = Index(folder)
+    index.check_backbone(explorer.backbone, explorer.head.config.chunk_layer)
+    return index
+
+
 POSITIVES = {"cleaner": "the dpr rule's positives at BM25 rank ≤ 3", "judged": "judged positives",
              "judged-more": "judged positives with the more side"}  # the natural train sets' positives
 
 
 def open_sets(head_path: str, n_context: int | None, positives: str, dev: str) -> tuple:
     """(the :class:`pipeline.Explorer` of ``head_path``, its head reading ``n_context`` passages (default: its
-    own |C0|), the shipped index, (train sets, dev sets, New-Wiki test)) of the α and joint stages, with the judged
-    sets in place where ``positives`` (:data:`POSITIVES`) and ``dev`` (``dpr`` or ``judged``) ask for them.
+    own |C0|), its model's index (:func:`stage_index`), (train sets, dev sets, New-Wiki test)) of the α and joint
+    stages, with the judged sets in place where ``positives`` (:data:`POSITIVES`) and ``dev`` (``dpr`` or
+    ``judged``) ask for them.
 
     Raises
     ------
     ValueError
         An unknown ``positives`` or ``dev``.
     InputError
-        ``judged-more`` without the judged more side (``precomputed/judged/more.json.gz``).
+        ``judged-more`` without the judged more side (``precomputed/judged/more.json.gz``), or judged sets asked
+        for on an index that cuts the passages elsewhere than :data:`JUDGED_ON`.
+    IndexStoreError
+        No index of the head's model and ℓc (:func:`stage_index`).
     """
     if positives not in POSITIVES or dev not in ("dpr", "judged"):
         raise ValueError(f"positives must be one of {', '.join(POSITIVES)} and dev 'dpr' or 'judged', not "
@@ -106,11 +143,14 @@ def open_sets(head_path: str, n_context: int | None, positives: str, dev: str) -
     if positives == "judged-more" and not judged_path("more").exists():
         raise InputError(f"no judged more side ({display_path(judged_path('more'))}): the judged "
                          "natural-questions study writes it once its candidates on the more side are read")
-    explorer = Explorer.load(head=head_path, require_head=True)
+    explorer = Explorer.load(QueryHead.load(head_path).config.model, head=head_path, require_head=True)
     head = explorer.head
     if n_context is not None and n_context != head.config.n_context:
         head = head.reshaped(n_context=n_context)
-    index = Index(shipped_folder(explorer))
+    index = stage_index(explorer)
+    if (positives != "cleaner" or dev == "judged") and not read_on(index):
+        raise InputError(f"the judged verdicts were read on the chunks of {display_path(JUDGED_ON)}; "
+                         f"{display_path(index.folder)} cuts the passages elsewhere: use --positives cleaner --dev dpr")
     trains, devs, test = cached_sets(index, head.config.n_context, cache_dir() / "adapter_sets")
     if positives != "cleaner":
         trains = with_judged("train", trains)[0]

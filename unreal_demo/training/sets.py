@@ -110,15 +110,17 @@ def build_sets(index, n_context: int, seed: int = 0) -> tuple[list[TextSet], lis
     return trains, devs, test
 
 
-def _sets_path(folder, name: str):
-    """``folder/NAME-CAPS.json``: the file of sets built under today's caps (:data:`TRAIN_CAP`, :data:`DEV_CAP`)."""
-    caps = hashlib.md5(json.dumps([TRAIN_CAP, DEV_CAP, TEST], sort_keys=True).encode()).hexdigest()[:8]
-    return Path(folder) / f"{name}-{caps}.json"
+def _sets_path(folder, name: str, index):
+    """``folder/NAME-KEY.json``: the file of sets built under today's caps (:data:`TRAIN_CAP`, :data:`DEV_CAP`) over
+    ``index``'s chunks (positives are chunk ids, and another model's tokenizer cuts the passages elsewhere)."""
+    m = index.manifest
+    key = json.dumps([TRAIN_CAP, DEV_CAP, TEST, m["model"], m["target"], m["chunks"]], sort_keys=True)
+    return Path(folder) / f"{name}-{hashlib.md5(key.encode()).hexdigest()[:8]}.json"
 
 
 def cached_sets(index, n_context: int, folder) -> tuple[list[TextSet], list[TextSet], TextSet]:
     """:func:`build_sets`, kept as JSON in ``folder`` (the distant supervision takes ~2 minutes)."""
-    path = _sets_path(folder, f"c{n_context}")
+    path = _sets_path(folder, f"c{n_context}", index)
     if path.exists():
         raw = json.loads(path.read_text())
         trains, devs = ([TextSet(**q) for q in raw[side]] for side in ("train", "dev"))
@@ -134,7 +136,7 @@ def more_train_sets(index, n_context: int, folder) -> list[TextSet]:
     """The natural questions of the train split with a ``dpr`` positive that :func:`build_sets`' seeded sample
     left out (its caps), one :class:`TextSet` per source named as the grid's (``nq``, ``tqa``), C0 from BM25 over
     the pool; a question whose text is also a dev-split question's is dropped. Kept as JSON in ``folder``."""
-    path = _sets_path(folder, f"more-c{n_context}")
+    path = _sets_path(folder, f"more-c{n_context}", index)
     if path.exists():
         return [TextSet(**q) for q in json.loads(path.read_text())]
     trains, _, _ = cached_sets(index, n_context, folder)
