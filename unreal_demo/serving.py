@@ -29,7 +29,7 @@ from .settings import (
     open_stores,
 )
 from .store import index as ix
-from .store.index import Index, IndexStoreError
+from .store.index import Index, IndexStoreError, shards_built
 from .store.qdrant import EDGE, SERVER, QdrantStore, Where, is_spec, open_store
 
 _STARTING = threading.Lock()
@@ -183,6 +183,18 @@ def _own_index(model: str, corpus: str = "all") -> Path | None:
     return None
 
 
+def index_state(folder: Path) -> str:
+    """Shipped, built, or how far its build has come (a stopped build resumes where it stopped)."""
+    if folder.is_relative_to(PRECOMPUTED):
+        return "shipped"
+    try:
+        done, total = shards_built(folder, json.loads((folder / "manifest.json").read_text()))
+    except (OSError, ValueError, KeyError):
+        return "damaged: build it again"
+    return "built" if done >= total else (f"being built: {done} of {total} shards so far; *Build or load index* in "
+                                          "the Wikipedia tab resumes it")
+
+
 def model_rows(models: tuple[str, ...], loaded: dict[str, Loading] | None = None) -> list[dict]:
     """One row per model for the About tab: the backbone, ℓc, the head it uses (or why its UNREAL scores are
     untrained, with its training's progress) and the index the Wikipedia tab searches for it."""
@@ -200,7 +212,7 @@ def model_rows(models: tuple[str, ...], loaded: dict[str, Loading] | None = None
                 lc = None
         own = _own_index(model)
         if own is not None:
-            index = f"`{display_path(own)}`" + (" (shipped)" if own.is_relative_to(PRECOMPUTED) else " (built)")
+            index = f"`{display_path(own)}` ({index_state(own)})"
         else:
             other = next((o for o in OFFLINE_MODELS if o != model and _own_index(o) is not None), None)
             index = ("none yet: the Wikipedia tab searches " + (f"{other}'s index with BM25 and dense only"
@@ -570,8 +582,8 @@ class Stores:
             return self._get(_store_key(where, only),
                              lambda: self._get(whole, lambda: open_store(where)).store.filtered(only))
         folder = explorer.index_folder(corpus)
-        if not (folder / "manifest.json").exists() and not self.building(corpus):
-            folder = borrowed_index(explorer, corpus) or folder  # another model's shipped index: BM25 and dense
+        if not explorer.index_ready(corpus) and not self.building(corpus):  # none, or a build stopped half way:
+            folder = borrowed_index(explorer, corpus) or folder  # another model's shipped index, BM25 and dense
         try:
             return self._get(_store_key(str(folder)), lambda: Index(folder))
         except IndexStoreError:

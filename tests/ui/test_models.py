@@ -155,6 +155,11 @@ def test_a_model_without_its_own_index_searches_another_with_bm25_only(pair, tmp
                    n_pool=a.head.config.n_pool, shard_size=8)
     assert serving.borrowed_index(b, "new_wiki") == tmp_path / "precomputed" / "index" / "tiny-llama-l3-new_wiki"
     assert serving.borrowed_index(a, "new_wiki") is None  # its own model's index is no borrowing
+    started = b.index_folder("new_wiki")  # tiny-b's own build stopped after its first shard: not ready, so borrowed
+    started.mkdir(parents=True)
+    (started / "manifest.json").write_text(json.dumps({"chunks": 12, "shard_size": 8, "shards": []}))
+    (started / "shard_00000.json").write_text("{}")
+    assert not b.index_ready("new_wiki")
     models = Models(Loading.of(a), ("tiny-llama", "tiny-b"), loadings={"tiny-b": Loading.of(b)})
     demo = served(models)
     try:
@@ -172,3 +177,18 @@ def test_a_model_without_its_own_index_searches_another_with_bm25_only(pair, tmp
             other.predict("How much does widget07 weigh?", 5, "unreal", "new_wiki", api_name="/search")
     finally:
         demo.close()
+
+
+def test_about_row_of_an_index_still_being_built_says_how_far_it_has_come(monkeypatch, tmp_path):
+    """A build stopped half way (the session ended, Stop was pressed) is not called built: its row counts the
+    shards done and says the Wikipedia tab resumes it."""
+    monkeypatch.setenv(settings.CACHE_ENV, str(tmp_path))
+    folder = tmp_path / "indexes" / f"{settings.SECOND_MODEL}-l21-all"
+    folder.mkdir(parents=True)
+    (folder / "manifest.json").write_text(json.dumps({"chunks": 20, "shard_size": 8, "shards": []}))
+    (folder / "shard_00000.json").write_text("{}")
+    row = {r["model"]: r for r in serving.model_rows(settings.OFFLINE_MODELS)}[settings.SECOND_MODEL]
+    assert "being built: 1 of 3 shards so far" in row["index"] and "(built)" not in row["index"]
+    (folder / "manifest.json").write_text(json.dumps({"chunks": 20, "shard_size": 8, "shards": [{}, {}, {}]}))
+    row = {r["model"]: r for r in serving.model_rows(settings.OFFLINE_MODELS)}[settings.SECOND_MODEL]
+    assert row["index"].endswith("(built)")

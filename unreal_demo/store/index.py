@@ -266,6 +266,15 @@ def _role(name: str) -> str:
     return next(role for role, mark in ROLES if mark in name)
 
 
+def shards_built(folder: str | Path, manifest: dict) -> tuple[int, int]:
+    """(shards built, shards in all) of the index in ``folder`` whose manifest is ``manifest``: a build under way
+    records each finished shard in ``shard_NNNNN.json``; the manifest lists them once every shard is done."""
+    total = -(-manifest["chunks"] // manifest["shard_size"])
+    if len(manifest["shards"]) >= total:
+        return total, total
+    return len(list(Path(folder).glob("shard_*.json"))), total
+
+
 class Index(TextStore):
     """A built index opened for search: shards memory-mapped, checksums verified on open.
 
@@ -284,9 +293,8 @@ class Index(TextStore):
             raise IndexStoreError(f"{self.folder}: no index here (manifest.json missing)") from None
         except json.JSONDecodeError as exc:
             raise IndexStoreError(f"{self.folder}/manifest.json is corrupted: {exc}") from None
-        n_shards = -(-self.manifest["chunks"] // self.manifest["shard_size"])
-        if len(self.manifest["shards"]) < n_shards:
-            done = len(list(self.folder.glob("shard_*.json")))
+        done, n_shards = shards_built(self.folder, self.manifest)
+        if done < n_shards:
             raise IndexStoreError(f"{self.folder}: build incomplete ({done}/{n_shards} shards); "
                                   "run the build again to resume")
         self.codec = Codec(self.manifest["dtype"])

@@ -25,6 +25,7 @@ from ...serving import (
     Stores,
     borrowed_index,
     borrowed_note,
+    index_state,
     store_filter,
 )
 from ...settings import DEFAULT_MODEL, MAX_TOKENS, PRECOMPUTED, SECOND_MODEL, TOKENS_PER_S, display_path
@@ -340,10 +341,14 @@ def build_tab(loader: Loading, open_stores: bool | None = None) -> Ready:
         borrowed = [] if ready else borrowed_corpora(explorer)
         first = "all" if "all" in ready or not ready else ready[0]
         model = explorer.backbone.name
+        started = explorer.index_folder("all")
+        partial = f" (its own index of all is {index_state(started)})" if not ready and (
+            started / "manifest.json").exists() else ""
         out = {corpus: gr.update(value=first),
                status: f"ready to search: {', '.join(ready)} (opened on the first query)" if ready else
                f"⚠ no UNREAL index for {model} yet; BM25/dense only, over the shipped index of "
-               f"{', '.join(borrowed)}" if borrowed else "no index built yet: press 'Build or load index'"}
+               f"{', '.join(borrowed)}{partial}" if borrowed else f"no index built yet{partial}: press 'Build or "
+               "load index'"}
         if ready or borrowed:
             first = first if ready else ("all" if "all" in borrowed else borrowed[0])
             out[corpus] = gr.update(value=first)
