@@ -28,7 +28,7 @@ from unreal_demo.data.natural import distant_positives
 from unreal_demo.errors import UserError
 from unreal_demo.settings import DEFAULT_HEADS, DEFAULT_MODEL, cache_dir
 from unreal_demo.training.alpha import Variant, finish, prepare
-from unreal_demo.training.judged import judged_sets
+from unreal_demo.training.judged import judged_sets, require_read_on
 from unreal_demo.training.sets import (
     NATURAL_SETS,
     cache_sets,
@@ -114,6 +114,7 @@ def run(head_path: str, n_context: int | None = None, labels: list[str] | None =
     if any(s.endswith(":title") for s in named):
         stage.train_s += titled(stage.index, pooled, stage.trains, stage.train_s[:n])
     if any(s.endswith(":judged") for s in named):
+        require_read_on(stage.index)
         stage.train_s += judged_sets("train", stage.trains, stage.train_s[:n])[1]
     if any(s.endswith("~") for s in named):  # C0 without the positive
         stage.train_s += cache_sets(stage.head, stage.explorer.backbone,

@@ -47,9 +47,8 @@ from .second_backbone import RECORDS, retrieval_side_by_side
 
 BACKBONES = {"smollm2-default": ("smollm2-135m-instruct", PRECOMPUTED / "heads/smollm2-135m-mix-joint-seed1/head.json",
                                  None),
-             "qwen": ("qwen2.5-0.5b", PRECOMPUTED / "heads/qwen2.5-0.5b/head.json",
-                      cache_dir() / "indexes" / "qwen2.5-0.5b-l21-all")}
-"""name → (model, head, index folder; None: the shipped index)."""
+             "qwen": ("qwen2.5-0.5b", PRECOMPUTED / "heads/qwen2.5-0.5b/head.json", "qwen2.5-0.5b-l21-all")}
+"""name → (model, head, its index's folder in ``<cache>/indexes``; None: the index the verdicts were read on)."""
 
 PAIRS = [(("qwen", "unreal"), ("smollm2-default", "unreal")), (("qwen", "unreal"), ("qwen", "bm25")),
          (("smollm2-default", "unreal"), ("smollm2-default", "bm25")), (("qwen", "bm25"), ("smollm2-default", "bm25")),
@@ -98,16 +97,18 @@ def passages(index) -> tuple[dict[str, list[int]], dict[str, str]]:
     return ids, text
 
 
-def mapped_positives(judged: dict, questions: list, source, target) -> dict[str, dict[str, list[int]]]:
+def mapped_positives(judged: dict, questions: list, source, target) -> tuple[dict[str, dict[str, list[int]]], int]:
     """Per question id, its ``yes`` chunks and every chunk it read (``yes``/``partial``/``no``) as chunk ids of
-    ``target``: the ids themselves when ``target`` is ``source``, else carried over by :func:`carried`."""
+    ``target``: the ids themselves when ``target`` is ``source``, else carried over by :func:`carried`; and how many
+    passages the two collapse to different texts (a cut inside a word), where nothing is carried."""
     verdicts = {q["id"]: q for q in judged["questions"]}
     if target is source:
         return {q.id: {"yes": list(verdicts[q.id]["yes"]),
                        "read": [*verdicts[q.id]["yes"], *verdicts[q.id]["partial"], *verdicts[q.id]["no"]]}
-                for q in questions}
+                for q in questions}, 0
     s_ids, text = passages(source)
-    t_ids, _ = passages(target)
+    t_ids, t_text = passages(target)
+    misaligned: set[str] = set()
     s_span = {c: sp for chunk_ids in s_ids.values() for c, sp in zip(chunk_ids, spans(
         [source.chunks[i]["text"] for i in chunk_ids]), strict=True)}
     out = {}
@@ -117,13 +118,16 @@ def mapped_positives(judged: dict, questions: list, source, target) -> dict[str,
         for kind, chunk_ids in (("yes", v["yes"]), ("read", [*v["yes"], *v["partial"], *v["no"]])):
             found = []
             for p in dict.fromkeys(source.chunks[c]["passage"] for c in chunk_ids):
-                mine = t_ids.get(p, [])
+                if t_text.get(p) != text[p]:
+                    misaligned.add(p)
+                    continue
+                mine = t_ids[p]
                 t_span = spans([target.chunks[i]["text"] for i in mine])
                 yes = [s_span[c] for c in chunk_ids if source.chunks[c]["passage"] == p]
                 found += [mine[j] for j in carried(yes, t_span, text[p], q.answers)]
             row[kind] = found
         out[q.id] = row
-    return out
+    return out, len(misaligned)
 
 
 def first_ranks(matrix: torch.Tensor, positives: list[list[int]]) -> list[int | None]:
@@ -150,7 +154,8 @@ def score_backbone(name: str, judged: dict, questions: list, shipped: Index) -> 
     chunks the judged sets range over (the score matrices' columns)."""
     model, head, folder = BACKBONES[name]
     explorer = Explorer.load(model, head=str(head), dtype="fp32", require_head=True)
-    index = Index(folder) if folder is not None else shipped
+    index = Index(cache_dir() / "indexes" / folder) if folder is not None else shipped
+    index.check_backbone(explorer.backbone, explorer.head.config.chunk_layer)
     keys, usable, _ = pool_of(index)  # (M, L_p, d), (M,)
     pool, texts, bm25 = usable_pool(index)
     qtexts = [q.text for q in questions]
@@ -162,14 +167,14 @@ def score_backbone(name: str, judged: dict, questions: list, shipped: Index) -> 
     w = explorer.head.config.fusion_weight
     matrices = {"unreal": unreal, "bm25": lexical, "dense": dense, "hybrid-fusion": score_fusion(unreal, lexical, w),
                 "hybrid-rrf": rrf_matrix(unreal, lexical)}
-    mapped = mapped_positives(judged, questions, shipped, index)
+    mapped, misaligned = mapped_positives(judged, questions, shipped, index)
     remap = positions(usable)
     positives = [[int(remap[c]) for c in mapped[q.id]["yes"] if remap[c] >= 0] for q in questions]
     read = [mapped[q.id]["read"] for q in questions]
     return {"model": model, "head": str(head.relative_to(REPO)), "index": display_path(index.folder),
             "chunks": len(index.chunks), "ranked": len(pool), "fusion_weight": w,
             "encoded_in": explorer.backbone.encoding_name,
-            "questions_without_positive": sum(not p for p in positives),
+            "questions_without_positive": sum(not p for p in positives), "passages_misaligned": misaligned,
             "questions": [q.id for q in questions],
             "ranks": {m: first_ranks(s, positives) for m, s in matrices.items()},
             "unread_alias_chunks_in_top10": {m: unread_in_top10(s, questions, read, pool, index)
@@ -230,9 +235,10 @@ def main(argv: list[str] | None = None) -> int:
 
 def handle(args: argparse.Namespace) -> None:
     """Run :func:`run` and print its rows and pairs."""
-    if not (BACKBONES["qwen"][2] / "manifest.json").exists():
-        raise UserError(f"no Qwen index at {display_path(BACKBONES['qwen'][2])}: build it first with "
-                        f"`python -m unreal_demo index build --model qwen2.5-0.5b --out {BACKBONES['qwen'][2]}`")
+    folder = cache_dir() / "indexes" / BACKBONES["qwen"][2]
+    if not (folder / "manifest.json").exists():
+        raise UserError(f"no Qwen index at {display_path(folder)}: build it first with "
+                        f"`python -m unreal_demo index build --model qwen2.5-0.5b --out {folder}`")
     out = Path(args.out or RECORDS / f"judged_{args.side}_backbones.json")
     result = run(args.side, out)
     for row in result["rows"] + result["pairs"]:

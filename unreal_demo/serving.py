@@ -368,9 +368,8 @@ def borrowed_note(held: str, model: str | None) -> str | None:
     session's ``model`` is another (:func:`borrowed_index`): only BM25 and dense can search it; else None."""
     if not held or not model or held == model:
         return None
-    return (f"no UNREAL index for {model} yet; BM25/dense only (over the texts of {held}'s index; build "
-            f"{model}'s own with `python -m unreal_demo index build --model {model} --corpus all --out DIR`, then "
-            "open DIR as the index folder)")
+    return (f"no UNREAL index for {model} yet; BM25/dense only (over the texts of {held}'s index; *Build or load "
+            f"index* builds {model}'s own, or `python -m unreal_demo index build --model {model} --corpus all`)")
 
 
 def _no_build(corpus: str) -> str:
@@ -553,10 +552,12 @@ class Stores:
                 store.close()
         return opened
 
-    def open(self, corpus: str, where: str = "", only: Where | None = None) -> Opened:
+    def open(self, corpus: str, where: str = "", only: Where | None = None, borrow: bool = True) -> Opened:
         """The store to search: ``where`` (an index folder, ``qdrant-edge:DIR`` or ``qdrant:URL``, opened by
         :func:`store.qdrant.open_store` as ``index search`` and the evaluations open it) restricted to the payload
         filter ``only``, else the index of ``corpus`` (:meth:`Explorer.index_folder`); each opened on first use.
+        With ``borrow``, an offline model whose own index is not whole (none, or a build stopped half way) searches
+        another model's shipped index instead (:func:`borrowed_index`, BM25 and dense only).
 
         Raises
         ------
@@ -582,8 +583,8 @@ class Stores:
             return self._get(_store_key(where, only),
                              lambda: self._get(whole, lambda: open_store(where)).store.filtered(only))
         folder = explorer.index_folder(corpus)
-        if not explorer.index_ready(corpus) and not self.building(corpus):  # none, or a build stopped half way:
-            folder = borrowed_index(explorer, corpus) or folder  # another model's shipped index, BM25 and dense
+        if borrow and not explorer.index_ready(corpus) and not self.building(corpus):
+            folder = borrowed_index(explorer, corpus) or folder
         try:
             return self._get(_store_key(str(folder)), lambda: Index(folder))
         except IndexStoreError:
@@ -594,12 +595,13 @@ class Stores:
 
     def load(self, corpus: str, where: str = "", only: Where | None = None,
              progress: Callable[[BuildProgress], None] | None = None) -> Opened:
-        """:meth:`open`; a corpus's own index that does not open (none yet, or a build stopped half-way) is built
-        or resumed in the cache (:func:`store.index.default_folder`) with the settings it was started with
-        (:meth:`Explorer.build_index`). The build holds that corpus's own lock only: other stores open and are
-        searched meanwhile, and a second load of the corpus waits for it and gets the index it built (built once).
-        A closed ``Stores`` (``open_any`` False) builds nothing: it refuses in one line that says how to build the
-        index yourself. A folder or store named by ``where`` is only opened, never built.
+        """:meth:`open` of the corpus's own index (never borrowed); one that does not open (none yet, or a build
+        stopped half-way) is built or resumed in the cache (:func:`store.index.default_folder`) with the
+        settings it was started with (:meth:`Explorer.build_index`). The build holds that corpus's own lock
+        only: other stores open and are searched meanwhile, and a second load of the corpus waits for it and
+        gets the index it built (built once). A closed ``Stores`` (``open_any`` False) builds nothing: it
+        refuses in one line that says how to build the index yourself. A folder or store named by ``where`` is
+        only opened, never built.
 
         Raises
         ------
@@ -610,15 +612,15 @@ class Stores:
         check_corpus(corpus)
         if (where or "").strip() or only is not None:
             return self.open(corpus, where, only)
-        try:
-            return self.open(corpus)
+        try:  # its own index, never another model's: a load builds what a search would borrow
+            return self.open(corpus, borrow=False)
         except IndexStoreError:
             if not self.open_any:  # a public app: no visitor starts a build (up to 80 min of the server's CPU)
                 raise IndexStoreError(_no_build(corpus)) from None
         explorer = self.loader.get()
         with self._alone(("build", corpus, None)):
             try:  # built by the load this one waited for (or by another process) meanwhile
-                return self.open(corpus)
+                return self.open(corpus, borrow=False)
             except IndexStoreError:
                 pass
             built = explorer.build_index(ix.default_folder(explorer, corpus), [corpus], as_started=True,

@@ -34,12 +34,16 @@ def test_spans_share_one_coordinate_system_across_cuts():
 
 
 def test_verdicts_are_kept_on_their_own_index_and_carried_to_another():
-    assert mapped_positives(JUDGED, QS, SOURCE, SOURCE) == {"q:0": {"yes": [0], "read": [0, 2]},
-                                                           "q:1": {"yes": [3], "read": [3, 1]}}
+    assert mapped_positives(JUDGED, QS, SOURCE, SOURCE) == ({"q:0": {"yes": [0], "read": [0, 2]},
+                                                            "q:1": {"yes": [3], "read": [3, 1]}}, 0)
     # q:0's yes chunk (0) shares "Ada Lovelace …" with target chunk 1; its no chunk (2) holds no alias, so the
     # target's chunk 2 is not read; q:1's yes chunk is target chunk 0, its partial chunk holds no "1852"
-    assert mapped_positives(JUDGED, QS, SOURCE, TARGET) == {"q:0": {"yes": [1], "read": [1]},
-                                                           "q:1": {"yes": [0], "read": [0]}}
+    assert mapped_positives(JUDGED, QS, SOURCE, TARGET) == ({"q:0": {"yes": [1], "read": [1]},
+                                                            "q:1": {"yes": [0], "read": [0]}}, 0)
+    # a cut inside a word ("Love|lace") collapses p2 to another text: nothing is carried there, and it is counted
+    split = _index([("p2", ["Love", "lace died in 1852."]), ("p1", P1)])
+    assert mapped_positives(JUDGED, QS, SOURCE, split) == ({"q:0": {"yes": [2], "read": [2]},
+                                                           "q:1": {"yes": [], "read": []}}, 1)
 
 
 def test_first_ranks_and_unread_alias_chunks():

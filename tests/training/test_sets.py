@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import torch
 
 from unreal_demo.core.head import HeadConfig, QueryHead
@@ -51,8 +53,10 @@ def test_a_centred_variant_trains_and_scores_on_the_centred_keys():
     assert rows[0]["dev toy R@1"] == 1.0 and rows[1]["dev toy R@1"] == 0.0 and rows[2]["keys"].startswith("centred")
 
 
+INDEX = SimpleNamespace(manifest={"model": "m", "target": 141, "chunks": 3})  # what the sets' cache is keyed by
+
+
 def test_more_train_sets_leave_out_the_grid_s_sample_and_every_dev_text(monkeypatch, tmp_path):
-    from types import SimpleNamespace
 
     from unreal_demo.core.joint_training import TextSet
     from unreal_demo.core.selection import BM25
@@ -71,7 +75,7 @@ def test_more_train_sets_leave_out_the_grid_s_sample_and_every_dev_text(monkeypa
     monkeypatch.setattr(sets, "usable_pool", lambda index: ([7, 8, 9], texts, BM25(texts)))
     monkeypatch.setattr(sets, "cached_sets", lambda index, n, folder: (
         [TextSet("nq", [train[0].text], [[]], [[7]]), TextSet("squad", ["q"], [[]], [[9]])], [], None))
-    (out,) = sets.more_train_sets(SimpleNamespace(), 1, tmp_path)
+    (out,) = sets.more_train_sets(INDEX, 1, tmp_path)
     assert (out.name, out.texts, out.positives) == ("nq", ["capital of france"], [[8]])  # pool id of chunk 1
     assert out.contexts == [[texts[1]]]  # C0: BM25's top 1 over the pool
-    assert sets.more_train_sets(SimpleNamespace(), 1, tmp_path) == [out]  # read back from its JSON
+    assert sets.more_train_sets(INDEX, 1, tmp_path) == [out]  # read back from its JSON

@@ -189,6 +189,38 @@ def test_about_row_of_an_index_still_being_built_says_how_far_it_has_come(monkey
     (folder / "shard_00000.json").write_text("{}")
     row = {r["model"]: r for r in serving.model_rows(settings.OFFLINE_MODELS)}[settings.SECOND_MODEL]
     assert "being built: 1 of 3 shards so far" in row["index"] and "(built)" not in row["index"]
+    for n in (1, 2):  # every shard recorded, but the manifest never merged them (killed before): not whole yet
+        (folder / f"shard_0000{n}.json").write_text("{}")
+    assert "being built: 2 of 3 shards" in serving.index_state(folder)
     (folder / "manifest.json").write_text(json.dumps({"chunks": 20, "shard_size": 8, "shards": [{}, {}, {}]}))
     row = {r["model"]: r for r in serving.model_rows(settings.OFFLINE_MODELS)}[settings.SECOND_MODEL]
     assert row["index"].endswith("(built)")
+
+
+def test_build_resumes_a_model_s_own_half_built_index_while_searches_borrow(pair, tmp_path, monkeypatch):
+    """A model whose own index build stopped half way searches another model's shipped index meanwhile (BM25 and
+    dense), and *Build or load index* (Stores.load) resumes its own build instead of loading the borrowed one."""
+    from unreal_demo import pipeline
+    from unreal_demo.data.sources import Passage
+    from unreal_demo.store import index as ix
+
+    a, b = pair
+    monkeypatch.setenv(settings.CACHE_ENV, str(tmp_path / "cache"))
+    monkeypatch.setattr(serving, "PRECOMPUTED", tmp_path / "precomputed")
+    monkeypatch.setattr(serving, "OFFLINE_MODELS", ("tiny-llama", "tiny-b"))
+    passages = [Passage(f"p{i}", f"Title {i}", f"Passage {i}: the widget{i:02d} weighs {i * 3} kilograms.",
+                        "new_wiki") for i in range(12)]
+    monkeypatch.setattr(pipeline, "load_corpus", lambda names: passages)
+    ix.build_index(tmp_path / "precomputed" / "index" / "tiny-llama-l3-new_wiki", a.backbone, passages, layer=3,
+                   n_pool=a.head.config.n_pool, shard_size=8)
+    own = b.index_folder("new_wiki")
+    ix.build_index(own, b.backbone, passages, layer=3, n_pool=b.head.config.n_pool, shard_size=8)
+    manifest = json.loads((own / "manifest.json").read_text())
+    (own / "manifest.json").write_text(json.dumps(manifest | {"shards": []}))  # stopped after its first shard
+    (own / "shard_00001.json").unlink()
+    assert not b.index_ready("new_wiki") and "being built: 1 of 2 shards so far" in serving.index_state(own)
+    stores = serving.Stores(Loading.of(b), open_any=True)
+    assert stores.open("new_wiki").info.model == "tiny-llama"  # a search borrows meanwhile
+    got = stores.load("new_wiki")
+    assert got.built is not None and got.info.model == "tiny-b" and len(got.store) == 12
+    assert b.index_ready("new_wiki") and stores.open("new_wiki").info.model == "tiny-b"

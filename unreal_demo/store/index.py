@@ -267,12 +267,13 @@ def _role(name: str) -> str:
 
 
 def shards_built(folder: str | Path, manifest: dict) -> tuple[int, int]:
-    """(shards built, shards in all) of the index in ``folder`` whose manifest is ``manifest``: a build under way
-    records each finished shard in ``shard_NNNNN.json``; the manifest lists them once every shard is done."""
+    """(shards built, shards in all) of the index in ``folder`` whose manifest is ``manifest``. A build under way
+    records each finished shard in ``shard_NNNNN.json`` and lists them in the manifest once every shard is done, so
+    the index is whole only then: until the manifest lists them, at most ``all − 1`` count as built."""
     total = -(-manifest["chunks"] // manifest["shard_size"])
     if len(manifest["shards"]) >= total:
         return total, total
-    return len(list(Path(folder).glob("shard_*.json"))), total
+    return min(len(list(Path(folder).glob("shard_*.json"))), total - 1), total
 
 
 class Index(TextStore):

@@ -25,7 +25,7 @@ from ..core.head import QueryHead
 from ..core.state_training import StateSet, StateTrainConfig, fit_states
 from ..evaluation.results import write_result
 from ..settings import cache_dir, display_path
-from .judged import judged_digest, open_sets, with_judged
+from .judged import judged_digest, open_sets, require_read_on, with_judged
 from .sets import cache_sets, cleaner, fit_fusion_on_dev, grid_markdown, local, pool_of, score_row
 
 ALPHA = "α alone, mix"  # the variant the shipped α head records (``provenance.adapter``)
@@ -134,6 +134,7 @@ def prepare(head_path: str, n_context: int | None = None, dev: str = "dpr") -> S
     keys, usable, train_mask = pool_of(index)
     train_s += cleaner(index, usable, trains, train_s, depth=3)
     if dev == "judged":
+        require_read_on(index)
         devs, dev_s = with_judged("dev", devs, dev_s)
     return Stage(explorer, head, index, trains, devs, test, train_s, dev_s, test_s, keys, usable, train_mask, dev)
 

@@ -97,6 +97,13 @@ def read_on(index) -> bool:
     return all(index.manifest.get(k) == shipped[k] for k in fields)
 
 
+def require_read_on(index) -> None:
+    """Raise :class:`InputError` unless the verdicts' chunk ids are ``index``'s own (:func:`read_on`)."""
+    if not read_on(index):
+        raise InputError(f"the judged verdicts were read on the chunks of {display_path(JUDGED_ON)}; "
+                         f"{display_path(index.folder)} cuts the passages elsewhere: use --positives cleaner --dev dpr")
+
+
 def stage_index(explorer) -> Index:
     """The index the α and joint stages draw their pool from: the shipped one of the head's model and ℓc, else the
     one built in the cache (``index build --model M``; a second backbone's index is built, not shipped).
@@ -111,7 +118,7 @@ def stage_index(explorer) -> Index:
     if not (folder / "manifest.json").exists():
         raise IndexStoreError(f"no index of {explorer.backbone.name} at ℓc = {explorer.head.config.chunk_layer} to "
                               f"train on: build it with `python -m unreal_demo index build --model "
-                              f"{explorer.backbone.name} --out {display_path(folder)}`")
+                              f"{explorer.backbone.name} --out {folder}`")
     index = Index(folder)
     index.check_backbone(explorer.backbone, explorer.head.config.chunk_layer)
     return index
@@ -148,9 +155,8 @@ def open_sets(head_path: str, n_context: int | None, positives: str, dev: str) -
     if n_context is not None and n_context != head.config.n_context:
         head = head.reshaped(n_context=n_context)
     index = stage_index(explorer)
-    if (positives != "cleaner" or dev == "judged") and not read_on(index):
-        raise InputError(f"the judged verdicts were read on the chunks of {display_path(JUDGED_ON)}; "
-                         f"{display_path(index.folder)} cuts the passages elsewhere: use --positives cleaner --dev dpr")
+    if positives != "cleaner" or dev == "judged":
+        require_read_on(index)
     trains, devs, test = cached_sets(index, head.config.n_context, cache_dir() / "adapter_sets")
     if positives != "cleaner":
         trains = with_judged("train", trains)[0]

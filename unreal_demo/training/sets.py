@@ -1,6 +1,7 @@
-"""The natural training and dev sets of the α and joint stages, over the shipped index's chunks.
+"""The natural training and dev sets of the α and joint stages, over the chunks of the head's model's index.
 
-Pool: the chunks of the shipped index (its keys decoded once; no chunk is encoded again) without New-Wiki's
+Pool: the chunks of that index (the shipped one for SmolLM2, the one built in the cache for a second backbone; its
+keys decoded once; no chunk is encoded again) without New-Wiki's
 (held out), and without the SQuAD dev articles of the dev split while training. Sets and positives:
 
 - ``nq`` / ``tqa``: NQ-open and TriviaQA by distant supervision (:mod:`data.natural`, rule ``dpr``: the best of
