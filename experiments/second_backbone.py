@@ -53,7 +53,7 @@ Commands (in order; each writes a record under ``experiments/records/second_back
     python -m unreal_demo eval retrieval --corpus index --sample 1000 --model qwen2.5-0.5b \\
         --head precomputed/heads/qwen2.5-0.5b/head.json --index ~/.cache/unreal/indexes/qwen2.5-0.5b-l21-all \\
         --methods unreal,bm25,dense,hybrid-rrf,hybrid-fusion \\
-        --out experiments/records/second_backbone/eval_index_qwen2.5-0.5b.json
+        --out precomputed/eval_retrieval_index_qwen2.5-0.5b.json  # the About tab shows it with Qwen's head
     python -m unreal_demo eval retrieval --corpus index --sample 1000 --dtype fp32 \\
         --head precomputed/heads/smollm2-135m-mix-joint-seed1/head.json \\
         --index precomputed/index/smollm2-135m-instruct-l25-all --methods unreal,bm25,dense,hybrid-rrf,hybrid-fusion \\
@@ -188,8 +188,9 @@ AMAZON = {"qwen": PRECOMPUTED / "eval_retrieval_amazon_qwen2.5-0.5b.json",
           "smollm2-default": RECORDS / "eval_amazon_smollm2-135m-mix-joint-seed1.json"}
 
 # The same 1,000 New-Wiki questions over each backbone's own index of the 13,787 passages (``eval retrieval --corpus
-# index --index``): SmolLM2's shipped rpq3 index, Qwen's built in the cache; BM25 and dense read each index's chunks.
-INDEX = {"qwen": RECORDS / "eval_index_qwen2.5-0.5b.json",
+# index --index``): SmolLM2's shipped rpq3 index, Qwen's fp16 one built in the cache; BM25 and dense read each
+# index's own chunks.
+INDEX = {"qwen": PRECOMPUTED / "eval_retrieval_index_qwen2.5-0.5b.json",
          "smollm2-default": RECORDS / "eval_index_smollm2-135m-mix-joint-seed1.json"}
 INDEX_PAIRS = [(("qwen", "unreal"), ("qwen", "bm25")), (("smollm2-default", "unreal"), ("smollm2-default", "bm25")),
                (("qwen", "unreal"), ("smollm2-default", "unreal")), (("qwen", "bm25"), ("smollm2-default", "bm25")),
