@@ -139,13 +139,12 @@ def test_about_rows_name_each_offline_models_head_and_index(monkeypatch, tmp_pat
                                 "and dense only"
 
 
-def test_a_model_without_its_own_index_searches_another_with_bm25_only(pair, tmp_path, monkeypatch):
-    """An offline model with no index of its own (the second backbone before its index is built) searches another
-    model's shipped index with BM25 and dense, and refuses UNREAL with the reason, instead of failing."""
+def _two_offline_models(a, tmp_path, monkeypatch) -> list:
+    """``tiny-llama`` and ``tiny-b`` as the offline models, the cache and ``precomputed/`` in ``tmp_path``, and
+    ``tiny-llama``'s shipped New-Wiki index of 12 passages (returned)."""
     from unreal_demo.data.sources import Passage
     from unreal_demo.store import index as ix
 
-    a, b = pair
     monkeypatch.setenv(settings.CACHE_ENV, str(tmp_path / "cache"))
     monkeypatch.setattr(serving, "PRECOMPUTED", tmp_path / "precomputed")
     monkeypatch.setattr(serving, "OFFLINE_MODELS", ("tiny-llama", "tiny-b"))
@@ -153,6 +152,14 @@ def test_a_model_without_its_own_index_searches_another_with_bm25_only(pair, tmp
                         "new_wiki") for i in range(12)]
     ix.build_index(tmp_path / "precomputed" / "index" / "tiny-llama-l3-new_wiki", a.backbone, passages, layer=3,
                    n_pool=a.head.config.n_pool, shard_size=8)
+    return passages
+
+
+def test_a_model_without_its_own_index_searches_another_with_bm25_only(pair, tmp_path, monkeypatch):
+    """An offline model with no index of its own (the second backbone before its index is built) searches another
+    model's shipped index with BM25 and dense, and refuses UNREAL with the reason, instead of failing."""
+    a, b = pair
+    _two_offline_models(a, tmp_path, monkeypatch)
     assert serving.borrowed_index(b, "new_wiki") == tmp_path / "precomputed" / "index" / "tiny-llama-l3-new_wiki"
     assert serving.borrowed_index(a, "new_wiki") is None  # its own model's index is no borrowing
     started = b.index_folder("new_wiki")  # tiny-b's own build stopped after its first shard: not ready, so borrowed
@@ -201,18 +208,11 @@ def test_build_resumes_a_model_s_own_half_built_index_while_searches_borrow(pair
     """A model whose own index build stopped half way searches another model's shipped index meanwhile (BM25 and
     dense), and *Build or load index* (Stores.load) resumes its own build instead of loading the borrowed one."""
     from unreal_demo import pipeline
-    from unreal_demo.data.sources import Passage
     from unreal_demo.store import index as ix
 
     a, b = pair
-    monkeypatch.setenv(settings.CACHE_ENV, str(tmp_path / "cache"))
-    monkeypatch.setattr(serving, "PRECOMPUTED", tmp_path / "precomputed")
-    monkeypatch.setattr(serving, "OFFLINE_MODELS", ("tiny-llama", "tiny-b"))
-    passages = [Passage(f"p{i}", f"Title {i}", f"Passage {i}: the widget{i:02d} weighs {i * 3} kilograms.",
-                        "new_wiki") for i in range(12)]
+    passages = _two_offline_models(a, tmp_path, monkeypatch)
     monkeypatch.setattr(pipeline, "load_corpus", lambda names: passages)
-    ix.build_index(tmp_path / "precomputed" / "index" / "tiny-llama-l3-new_wiki", a.backbone, passages, layer=3,
-                   n_pool=a.head.config.n_pool, shard_size=8)
     own = b.index_folder("new_wiki")
     ix.build_index(own, b.backbone, passages, layer=3, n_pool=b.head.config.n_pool, shard_size=8)
     manifest = json.loads((own / "manifest.json").read_text())
