@@ -39,7 +39,15 @@ from unreal_demo.pipeline import Explorer
 from unreal_demo.settings import PRECOMPUTED, REPO, cache_dir, display_path
 from unreal_demo.store.index import Index
 from unreal_demo.training.judged import JUDGED_ON, load_judged
-from unreal_demo.training.sets import NATURAL_SETS, bm25_contexts, bm25_within, pool_of, positions, usable_pool
+from unreal_demo.training.sets import (
+    NATURAL_SETS,
+    bm25_contexts,
+    bm25_within,
+    chunks_by_passage,
+    pool_of,
+    positions,
+    usable_pool,
+)
 
 from .common import dense_vectors, run_main
 from .judged_dev import rrf_matrix
@@ -88,43 +96,41 @@ def carried(yes: list[tuple[int, int]], target: list[tuple[int, int]], passage: 
     return out
 
 
-def passages(index) -> tuple[dict[str, list[int]], dict[str, str]]:
-    """Passage id → its chunk ids (in order) and its whitespace-collapsed text."""
-    ids: dict[str, list[int]] = {}
-    for i, c in enumerate(index.chunks):
-        ids.setdefault(c["passage"], []).append(i)
+def passages(index) -> tuple[dict[str, list[int]], dict[str, str], dict[int, tuple[int, int]]]:
+    """Passage id → its chunk ids (in order) and its whitespace-collapsed text; chunk id → its span in that text."""
+    ids = chunks_by_passage(index.chunks)
     text = {p: " ".join(" ".join(index.chunks[i]["text"].split()) for i in chunk_ids) for p, chunk_ids in ids.items()}
-    return ids, text
+    span = {c: sp for chunk_ids in ids.values()
+            for c, sp in zip(chunk_ids, spans([index.chunks[i]["text"] for i in chunk_ids]), strict=True)}
+    return ids, text, span
+
+
+def verdict_chunks(verdict: dict) -> dict[str, list[int]]:
+    """A question's ``yes`` chunks and every chunk it read (``yes``, ``partial``, ``no``)."""
+    return {"yes": list(verdict["yes"]), "read": [*verdict["yes"], *verdict["partial"], *verdict["no"]]}
 
 
 def mapped_positives(judged: dict, questions: list, source, target) -> tuple[dict[str, dict[str, list[int]]], int]:
-    """Per question id, its ``yes`` chunks and every chunk it read (``yes``/``partial``/``no``) as chunk ids of
+    """Per question id, its ``yes`` chunks and every chunk it read (:func:`verdict_chunks`) as chunk ids of
     ``target``: the ids themselves when ``target`` is ``source``, else carried over by :func:`carried`; and how many
     passages the two collapse to different texts (a cut inside a word), where nothing is carried."""
     verdicts = {q["id"]: q for q in judged["questions"]}
     if target is source:
-        return {q.id: {"yes": list(verdicts[q.id]["yes"]),
-                       "read": [*verdicts[q.id]["yes"], *verdicts[q.id]["partial"], *verdicts[q.id]["no"]]}
-                for q in questions}, 0
-    s_ids, text = passages(source)
-    t_ids, t_text = passages(target)
+        return {q.id: verdict_chunks(verdicts[q.id]) for q in questions}, 0
+    _, text, s_span = passages(source)
+    t_ids, t_text, t_span = passages(target)
     misaligned: set[str] = set()
-    s_span = {c: sp for chunk_ids in s_ids.values() for c, sp in zip(chunk_ids, spans(
-        [source.chunks[i]["text"] for i in chunk_ids]), strict=True)}
     out = {}
     for q in questions:
-        v = verdicts[q.id]
         row = {}
-        for kind, chunk_ids in (("yes", v["yes"]), ("read", [*v["yes"], *v["partial"], *v["no"]])):
+        for kind, chunk_ids in verdict_chunks(verdicts[q.id]).items():
             found = []
             for p in dict.fromkeys(source.chunks[c]["passage"] for c in chunk_ids):
                 if t_text.get(p) != text[p]:
                     misaligned.add(p)
                     continue
-                mine = t_ids[p]
-                t_span = spans([target.chunks[i]["text"] for i in mine])
                 yes = [s_span[c] for c in chunk_ids if source.chunks[c]["passage"] == p]
-                found += [mine[j] for j in carried(yes, t_span, text[p], q.answers)]
+                found += [t_ids[p][j] for j in carried(yes, [t_span[i] for i in t_ids[p]], text[p], q.answers)]
             row[kind] = found
         out[q.id] = row
     return out, len(misaligned)

@@ -540,12 +540,8 @@ class Explorer:
     def index_ready(self, corpus: str) -> bool:
         """Whether a corpus has a whole index for this model and ℓc (built in the cache or shipped); a build still
         under way (stopped half way, say) is not ready."""
-        folder = self.index_folder(corpus)
-        try:
-            done, total = ix.shards_built(folder, json.loads((folder / "manifest.json").read_text()))
-        except (OSError, ValueError, KeyError):
-            return False
-        return done >= total
+        state = ix.build_state(self.index_folder(corpus))
+        return state is not None and state[0] >= state[1]
 
     def build_index(self, out: str | Path, corpus: Sequence[str], codec: str = "fp16", shard_size: int = 1024,
                     chunk_layer: int | None = None, n_pool: int | None = None, token_states: bool = False,

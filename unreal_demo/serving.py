@@ -29,7 +29,7 @@ from .settings import (
     open_stores,
 )
 from .store import index as ix
-from .store.index import Index, IndexStoreError, shards_built
+from .store.index import Index, IndexStoreError
 from .store.qdrant import EDGE, SERVER, QdrantStore, Where, is_spec, open_store
 
 _STARTING = threading.Lock()
@@ -187,10 +187,9 @@ def index_state(folder: Path) -> str:
     """Shipped, built, or how far its build has come (a stopped build resumes where it stopped)."""
     if folder.is_relative_to(PRECOMPUTED):
         return "shipped"
-    try:
-        done, total = shards_built(folder, json.loads((folder / "manifest.json").read_text()))
-    except (OSError, ValueError, KeyError):
+    if (state := ix.build_state(folder)) is None:
         return "damaged: build it again"
+    done, total = state
     return "built" if done >= total else (f"being built: {done} of {total} shards so far; *Build or load index* in "
                                           "the Wikipedia tab resumes it")
 

@@ -276,6 +276,15 @@ def shards_built(folder: str | Path, manifest: dict) -> tuple[int, int]:
     return min(len(list(Path(folder).glob("shard_*.json"))), total - 1), total
 
 
+def build_state(folder: str | Path) -> tuple[int, int] | None:
+    """:func:`shards_built` of the index in ``folder`` from its manifest; None where there is no manifest or it is
+    damaged."""
+    try:
+        return shards_built(folder, json.loads((Path(folder) / "manifest.json").read_text()))
+    except (OSError, ValueError, KeyError):
+        return None
+
+
 class Index(TextStore):
     """A built index opened for search: shards memory-mapped, checksums verified on open.
 
