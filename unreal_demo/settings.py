@@ -36,8 +36,9 @@ MAX_TOKENS = 512  # a chunk is cut to this many tokens when encoded (index chunk
 MAX_CHARS = 2_000_000  # the most text one request may bring (a pasted or uploaded document)
 MAX_N = 1_000  # the most chunks one request may ask to select (≈ 141K tokens, past every supported model's window)
 # index build speed on 2 CPU cores, fp32, for the app's estimates: SmolLM2 benchmarks/results/bench_index.json (an AVX2
-# EPYC), Qwen2.5-0.5B bench_encode_qwen2.5-0.5b.json (an AVX-512 EPYC); any other model is estimated at SmolLM2's
-TOKENS_PER_S = {DEFAULT_MODEL: 576, SECOND_MODEL: 159}
+# EPYC), Qwen2.5-0.5B its whole-corpus build (an AVX-512 EPYC: 2,282,196 tokens in 10,678 s, docs/RESULTS.md "A second
+# backbone"); any other model is estimated at SmolLM2's
+TOKENS_PER_S = {DEFAULT_MODEL: 576, SECOND_MODEL: 214}
 
 CACHE_ENV = "UNREAL_CACHE"
 ENCODE_ENV = "UNREAL_DTYPE"
