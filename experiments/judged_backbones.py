@@ -206,7 +206,7 @@ def run(side: str, out: Path) -> dict:
                             for n, r in records.items()},
               "rows": table["rows"], "pairs": table["pairs"], "ranks": {n: r["ranks"] for n, r in records.items()},
               "question_ids": records["qwen"]["questions"], "cpu": status_line(),
-              "command": f"python -m experiments judged-backbones --side {side} --out {out}"}
+              "command": f"python -m experiments judged-backbones --side {side} --out {display_path(out)}"}
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1) + "\n")
     return result
