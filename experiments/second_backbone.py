@@ -58,6 +58,9 @@ Commands (in order; each writes a record under ``experiments/records/second_back
         --head precomputed/heads/smollm2-135m-mix-joint-seed1/head.json \\
         --index precomputed/index/smollm2-135m-instruct-l25-all --methods unreal,bm25,dense,hybrid-rrf,hybrid-fusion \\
         --out experiments/records/second_backbone/eval_index_smollm2-135m-mix-joint-seed1.json
+    python -m unreal_demo eval retrieval --corpus index --sample 1000 --dtype fp32 \\
+        --head precomputed/heads/smollm2-135m/head.json --index precomputed/index/smollm2-135m-instruct-l25-all \\
+        --methods unreal,hybrid-rrf,hybrid-fusion --out experiments/records/second_backbone/eval_index_smollm2-135m.json
     python -m unreal_demo eval qa --methods unreal,bm25 --k 1,3,5 --sample 100 --dtype fp32 \\
         --head precomputed/heads/smollm2-135m-mix-joint-seed1/head.json \\
         --out experiments/records/second_backbone/qa_index_smollm2-135m-mix-joint-seed1.json  # the shipped index
@@ -191,8 +194,10 @@ AMAZON = {"qwen": PRECOMPUTED / "eval_retrieval_amazon_qwen2.5-0.5b.json",
 # index --index``): SmolLM2's shipped rpq3 index, Qwen's fp16 one built in the cache; BM25 and dense read each
 # index's own chunks.
 INDEX = {"qwen": PRECOMPUTED / "eval_retrieval_index_qwen2.5-0.5b.json",
+         "smollm2": RECORDS / "eval_index_smollm2-135m.json",
          "smollm2-default": RECORDS / "eval_index_smollm2-135m-mix-joint-seed1.json"}
 INDEX_PAIRS = [(("qwen", "unreal"), ("qwen", "bm25")), (("smollm2-default", "unreal"), ("smollm2-default", "bm25")),
+               (("smollm2", "unreal"), ("smollm2-default", "bm25")), (("qwen", "unreal"), ("smollm2", "unreal")),
                (("qwen", "unreal"), ("smollm2-default", "unreal")), (("qwen", "bm25"), ("smollm2-default", "bm25")),
                (("qwen", "hybrid-fusion"), ("qwen", "bm25")),
                (("smollm2-default", "hybrid-fusion"), ("smollm2-default", "bm25")),
