@@ -65,19 +65,19 @@ PAIRS = [(("qwen", "unreal"), ("smollm2-default", "unreal")), (("qwen", "unreal"
 DEPTH = 100  # ranks kept; a positive deeper than this counts as not found
 
 
-def spans(texts: list[str]) -> list[tuple[int, int]]:
-    """Character spans of a passage's chunks, in order, in the passage's whitespace-collapsed text (the chunks'
-    texts joined by one space); chunk boundaries of two tokenizers then share one coordinate system.
+def collapsed(texts: list[str]) -> tuple[str, list[tuple[int, int]]]:
+    """A passage's whitespace-collapsed text (its chunks' texts, each collapsed, joined by one space) and each
+    chunk's character span in it, in order; chunk boundaries of two tokenizers then share one coordinate system.
 
-    >>> spans(["Ab cd.", "Ef  g."])
-    [(0, 6), (7, 12)]
+    >>> collapsed(["Ab cd.", "Ef  g."])
+    ('Ab cd. Ef g.', [(0, 6), (7, 12)])
     """
+    parts = [" ".join(t.split()) for t in texts]
     out, start = [], 0
-    for t in texts:
-        n = len(" ".join(t.split()))
-        out.append((start, start + n))
-        start += n + 1
-    return out
+    for part in parts:
+        out.append((start, start + len(part)))
+        start += len(part) + 1
+    return " ".join(parts), out
 
 
 def carried(yes: list[tuple[int, int]], target: list[tuple[int, int]], passage: str,
@@ -99,9 +99,10 @@ def carried(yes: list[tuple[int, int]], target: list[tuple[int, int]], passage: 
 def passages(index) -> tuple[dict[str, list[int]], dict[str, str], dict[int, tuple[int, int]]]:
     """Passage id → its chunk ids (in order) and its whitespace-collapsed text; chunk id → its span in that text."""
     ids = chunks_by_passage(index.chunks)
-    text = {p: " ".join(" ".join(index.chunks[i]["text"].split()) for i in chunk_ids) for p, chunk_ids in ids.items()}
-    span = {c: sp for chunk_ids in ids.values()
-            for c, sp in zip(chunk_ids, spans([index.chunks[i]["text"] for i in chunk_ids]), strict=True)}
+    text, span = {}, {}
+    for p, chunk_ids in ids.items():
+        text[p], chunk_spans = collapsed([index.chunks[i]["text"] for i in chunk_ids])
+        span |= dict(zip(chunk_ids, chunk_spans, strict=True))
     return ids, text, span
 
 

@@ -67,6 +67,9 @@ Commands (in order; each writes a record under ``experiments/records/second_back
     python -m experiments judged-backbones --side more          # judged natural questions on both indexes
     python -m experiments second-backbone                       # the side-by-side table: side_by_side.json
     python -m experiments second-backbone --bf16-keys 48        # bf16 against fp32 pooled keys: bf16_keys_<model>.json
+    python -m experiments second-backbone --index-build ~/.cache/unreal/indexes/qwen2.5-0.5b-l21-all \\
+                                               # a built index's manifest and shard times: index_build_<model>.json
+                                               # (the CPU is this machine's: record where the index was built)
 
 The head follows the recipe of SmolLM2's first ℓc = 25 head (``precomputed/heads/smollm2-135m``: SQuAD dev only,
 250 steps × 16 = 4,000 question visits, R = 32, G = 4, L_p = 7, |C0| = 2, no P), so the two backbones are compared
@@ -262,11 +265,32 @@ def bf16_keys(model: str, n: int, layer: int) -> dict:
             "command": f"python -m experiments second-backbone --bf16-keys {n} --model {model} --chunk-layer {layer}"}
 
 
+def index_build(folder: Path) -> dict:
+    """The record of a built index ``folder``: its manifest, each shard's chunks, tokens and encoding seconds (as
+    the build wrote them, resumed runs included), their sum and the bytes on disk."""
+    from unreal_demo.core.cpu import status_line
+
+    manifest = json.loads((folder / "manifest.json").read_text())
+    kept = ("n", "tokens", "seconds")
+    shards = [{"shard": f.name} | {k: v for k, v in json.loads(f.read_text()).items() if k in kept}
+              for f in sorted(folder.glob("shard_*.json"))]
+    shown = str(folder).replace(str(Path.home()), "~")
+    dtype = "fp32" if manifest["encoded_in"] == "float32" else "bf16"
+    return {"what": f"{manifest['model']}'s index of {manifest['passages']:,} passages, read from its build folder",
+            "command": f"python -m unreal_demo index build --model {manifest['model']} --out {shown}"
+                       f"  # UNREAL_DTYPE={dtype}",
+            "cpu": status_line(dtype), "manifest": manifest, "shards": shards,
+            "encode_seconds_sum": round(sum(s["seconds"] for s in shards), 1),
+            "bytes_on_disk": sum(f.stat().st_size for f in folder.rglob("*") if f.is_file()),
+            "record_command": f"python -m experiments second-backbone --index-build {shown}"}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m experiments second-backbone", description=__doc__.splitlines()[0])
     ap.add_argument("--qa", default=str(RECORDS / "qa_qwen2.5-0.5b.json"), help="the Qwen QA record")
     ap.add_argument("--out", default=str(RECORDS / "side_by_side.json"))
     ap.add_argument("--bf16-keys", type=int, default=0, help="instead: bf16 against fp32 keys of N paragraphs")
+    ap.add_argument("--index-build", type=Path, help="instead: the record of the index built in this folder")
     ap.add_argument("--model", default="qwen2.5-0.5b")
     ap.add_argument("--chunk-layer", type=int, default=21)
     args = ap.parse_args(argv)
@@ -274,6 +298,12 @@ def main(argv: list[str] | None = None) -> int:
         record = bf16_keys(args.model, args.bf16_keys, args.chunk_layer)
         (RECORDS / f"bf16_keys_{args.model}.json").write_text(json.dumps(record, indent=1) + "\n")
         print(record)
+        return 0
+    if args.index_build:
+        record = index_build(args.index_build.expanduser())
+        out = RECORDS / f"index_build_{record['manifest']['model']}.json"
+        out.write_text(json.dumps(record, indent=1) + "\n")
+        print({k: record[k] for k in ("what", "encode_seconds_sum", "bytes_on_disk")}, "→", out.relative_to(REPO))
         return 0
     qwen = json.loads(Path(args.qa).read_text())
     evals, amazon, index, upr, long_context, own, index_qa = (
