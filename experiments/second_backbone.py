@@ -65,11 +65,27 @@ Commands (in order; each writes a record under ``experiments/records/second_back
         --head precomputed/heads/smollm2-135m-mix-joint-seed1/head.json \\
         --out experiments/records/second_backbone/qa_index_smollm2-135m-mix-joint-seed1.json  # the shipped index
     python -m experiments judged-backbones --side more          # judged natural questions on both indexes
+    python -m unreal_demo train --stage alpha --head precomputed/heads/qwen2.5-0.5b/head.json --steps 400 \\
+        --out experiments/records/second_backbone/alpha_qwen2.5-0.5b.json \\
+        --save experiments/records/second_backbone/heads/qwen2.5-0.5b-alpha/head   # the recipe's α stage (fp32)
+    python -m unreal_demo eval retrieval --corpus new_wiki|index --sample 1000 --model qwen2.5-0.5b \\
+        --head experiments/records/second_backbone/heads/qwen2.5-0.5b-alpha/head.json [--index QIX] \\
+        --methods unreal,bm25,dense,hybrid-rrf,hybrid-fusion \\
+        --out experiments/records/second_backbone/eval_new_wiki|index_qwen2.5-0.5b-alpha.json
+    python -m unreal_demo train --stage joint \\
+        --head experiments/records/second_backbone/heads/qwen2.5-0.5b-alpha/head.json --positives cleaner --dev dpr \\
+        --train-c0 quarter --steps 240 --lr-rho 3e-4 --lr 1e-3 --r10-within 0.01 --patience 8 --distil 3.0 --seed 1 \\
+        --out experiments/records/second_backbone/joint_qwen2.5-0.5b.json \\
+        --save experiments/records/second_backbone/heads/qwen2.5-0.5b-joint/head   # resumable; not finished yet
     python -m experiments second-backbone                       # the side-by-side table: side_by_side.json
     python -m experiments second-backbone --bf16-keys 48        # bf16 against fp32 pooled keys: bf16_keys_<model>.json
     python -m experiments second-backbone --index-build ~/.cache/unreal/indexes/qwen2.5-0.5b-l21-all \\
                                                # a built index's manifest and shard times: index_build_<model>.json
                                                # (the CPU is this machine's: record where the index was built)
+
+The α stage ran with ``--save precomputed/heads/qwen2.5-0.5b-alpha/head`` (its head's ``adapter_command`` and the
+α records name that path) and its head was moved to ``records/second_backbone/heads/``: it changed no held-out row,
+so Qwen's shipped head stays the base one; the joint stage starts from it.
 
 The head follows the recipe of SmolLM2's first ℓc = 25 head (``precomputed/heads/smollm2-135m``: SQuAD dev only,
 250 steps × 16 = 4,000 question visits, R = 32, G = 4, L_p = 7, |C0| = 2, no P), so the two backbones are compared
@@ -154,7 +170,14 @@ def own_selection_qa(records: dict[str, dict]) -> list[dict]:
 # and dense read texts only, so the Qwen record's rows serve both backbones.
 NEW_WIKI = {"qwen": PRECOMPUTED / "eval_retrieval_new_wiki_qwen2.5-0.5b.json",
             "smollm2": RECORDS / "eval_new_wiki_smollm2-135m.json",
-            "smollm2-default": RECORDS / "eval_new_wiki_smollm2-135m-mix-joint-seed1.json"}
+            "smollm2-default": RECORDS / "eval_new_wiki_smollm2-135m-mix-joint-seed1.json",
+            **{f"qwen-{stage}": RECORDS / f"eval_new_wiki_qwen2.5-0.5b-{stage}.json" for stage in ("alpha", "joint")}}
+# Qwen's head after the recipe's α stage and after the joint stage, each against the stage before and the others.
+STAGE_PAIRS = [((f"qwen-{stage}", m), other) for stage in ("alpha", "joint")
+               for m, other in (("unreal", ("qwen", "unreal")), ("unreal", ("qwen-alpha", "unreal")),
+                                ("unreal", ("qwen", "bm25")), ("unreal", ("smollm2-default", "unreal")),
+                                ("hybrid-fusion", ("qwen", "bm25")), ("hybrid-fusion", ("qwen", "hybrid-fusion")))
+               if other[0] != f"qwen-{stage}"]
 PAIRS = [(("qwen", "unreal"), ("qwen", "bm25")), (("qwen", "unreal"), ("qwen", "dense")),
          (("qwen", "hybrid-rrf"), ("qwen", "bm25")), (("qwen", "sparse"), ("qwen", "bm25")),
          (("qwen", "unreal"), ("smollm2", "unreal")), (("qwen", "unreal"), ("smollm2-default", "unreal")),
@@ -163,7 +186,7 @@ PAIRS = [(("qwen", "unreal"), ("qwen", "bm25")), (("qwen", "unreal"), ("qwen", "
          (("qwen", "hybrid-rrf"), ("smollm2-default", "hybrid-rrf")),
          (("smollm2", "unreal"), ("qwen", "bm25")), (("smollm2-default", "unreal"), ("qwen", "bm25")),
          (("qwen", "hybrid-fusion"), ("qwen", "bm25")), (("smollm2-default", "hybrid-fusion"), ("qwen", "bm25")),
-         (("qwen", "hybrid-fusion"), ("smollm2-default", "hybrid-fusion"))]
+         (("qwen", "hybrid-fusion"), ("smollm2-default", "hybrid-fusion")), *STAGE_PAIRS]
 
 
 def retrieval_side_by_side(records: dict[str, dict], pairs=PAIRS) -> dict:
@@ -198,14 +221,15 @@ AMAZON = {"qwen": PRECOMPUTED / "eval_retrieval_amazon_qwen2.5-0.5b.json",
 # index's own chunks.
 INDEX = {"qwen": PRECOMPUTED / "eval_retrieval_index_qwen2.5-0.5b.json",
          "smollm2": RECORDS / "eval_index_smollm2-135m.json",
-         "smollm2-default": RECORDS / "eval_index_smollm2-135m-mix-joint-seed1.json"}
+         "smollm2-default": RECORDS / "eval_index_smollm2-135m-mix-joint-seed1.json",
+         **{f"qwen-{stage}": RECORDS / f"eval_index_qwen2.5-0.5b-{stage}.json" for stage in ("alpha", "joint")}}
 INDEX_PAIRS = [(("qwen", "unreal"), ("qwen", "bm25")), (("smollm2-default", "unreal"), ("smollm2-default", "bm25")),
                (("smollm2", "unreal"), ("smollm2-default", "bm25")), (("qwen", "unreal"), ("smollm2", "unreal")),
                (("qwen", "unreal"), ("smollm2-default", "unreal")), (("qwen", "bm25"), ("smollm2-default", "bm25")),
                (("qwen", "hybrid-fusion"), ("qwen", "bm25")),
                (("smollm2-default", "hybrid-fusion"), ("smollm2-default", "bm25")),
                (("qwen", "hybrid-fusion"), ("smollm2-default", "hybrid-fusion")),
-               (("qwen", "hybrid-rrf"), ("smollm2-default", "hybrid-rrf"))]
+               (("qwen", "hybrid-rrf"), ("smollm2-default", "hybrid-rrf")), *STAGE_PAIRS]
 
 # UPR (``upr``: UNREAL's top 10 re-read by the same LLM) beside UNREAL on the same 100 New-Wiki questions.
 UPR = {"qwen": RECORDS / "upr_new_wiki_qwen2.5-0.5b.json",
