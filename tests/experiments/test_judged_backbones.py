@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import torch
 
-from experiments.judged_backbones import first_ranks, mapped_positives, spans, unread_in_top10
+from experiments.judged_backbones import collapsed, first_ranks, mapped_positives, unread_in_top10
 from unreal_demo.data.natural import NaturalQuestion
 
 P1 = ["Ada Lovelace wrote the first program. ", "She worked with Babbage. ", "Babbage built engines."]
@@ -27,10 +27,12 @@ QS = [NaturalQuestion("q:0", "who wrote the first program?", ("Ada Lovelace",)),
 
 
 def test_spans_share_one_coordinate_system_across_cuts():
-    a = spans(P1)
-    b = spans(["Ada Lovelace wrote the first program. She worked", "with Babbage. Babbage built engines."])
-    assert a[-1][1] == b[-1][1] == len(" ".join(" ".join(P1).split()))
+    text_a, a = collapsed(P1)
+    text_b, b = collapsed(["Ada Lovelace wrote the first program. She worked", "with Babbage. Babbage built engines."])
+    assert text_a == text_b == " ".join(" ".join(P1).split())
+    assert a[-1][1] == b[-1][1] == len(text_a)
     assert a[0] == (0, 37) and b[0] == (0, 48)
+    assert [text_a[i:j] for i, j in a] == [" ".join(t.split()) for t in P1]  # each span is its chunk, collapsed
 
 
 def test_verdicts_are_kept_on_their_own_index_and_carried_to_another():
