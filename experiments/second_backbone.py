@@ -106,7 +106,7 @@ from unreal_demo.data.sources import load_squad
 from unreal_demo.evaluation.longcontext.report import recall_pairs
 from unreal_demo.evaluation.longcontext.run import per_answer
 from unreal_demo.evaluation.metrics import contained
-from unreal_demo.settings import PRECOMPUTED, REPO
+from unreal_demo.settings import PRECOMPUTED, REPO, display_path
 
 from .common import paired
 
@@ -298,7 +298,7 @@ def index_build(folder: Path) -> dict:
     kept = ("n", "tokens", "seconds")
     shards = [{"shard": f.name} | {k: v for k, v in json.loads(f.read_text()).items() if k in kept}
               for f in sorted(folder.glob("shard_*.json"))]
-    shown = str(folder).replace(str(Path.home()), "~")
+    shown = display_path(folder)
     dtype = "fp32" if manifest["encoded_in"] == "float32" else "bf16"
     return {"what": f"{manifest['model']}'s index of {manifest['passages']:,} passages, read from its build folder",
             "command": f"python -m unreal_demo index build --model {manifest['model']} --out {shown}"
